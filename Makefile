@@ -1,0 +1,40 @@
+# Set-up and tests (what the README and .ci/run call), and nvcc compilation of generated sources.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: setup test test-gpu specs cubins clean
+
+setup:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+
+test:
+	$(BIN)/python -m pytest -q
+
+# On a GPU machine: pytest -m gpu (torch + torchvision needed, e.g. pip install -e '.[gpu]').
+test-gpu:
+	$(BIN)/python -m pytest -q -m gpu tests/gpu
+
+specs:
+	$(BIN)/python network_specs/generate.py
+
+# nvcc: *.cu -> *.cubin in GEN (a generated/<network>/<gpu> folder), run in parallel with -j.
+# `snn-codegen build` drives this target; the ptxas report of each kernel lands in <kernel>.ptxas.
+GEN   ?= generated
+ARCH  ?= sm_90
+NVCC  ?= nvcc
+NVCC_FLAGS ?= -O3 -std=c++17 -Xptxas -v
+CUBIN_DIR ?= $(GEN)
+SOURCES := $(wildcard $(GEN)/*.cu)
+CUBINS  := $(patsubst $(GEN)/%.cu,$(CUBIN_DIR)/%.cubin,$(SOURCES))
+
+cubins: $(CUBINS)
+
+$(CUBIN_DIR)/%.cubin: $(GEN)/%.cu
+	@$(NVCC) -cubin -arch=$(ARCH) $(NVCC_FLAGS) -o $@.tmp $< 2> $(CUBIN_DIR)/$*.ptxas || { cat $(CUBIN_DIR)/$*.ptxas >&2; rm -f $@.tmp; exit 1; }
+	@mv $@.tmp $@
+
+clean:
+	rm -rf generated/*/ .pytest_cache
