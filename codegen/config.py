@@ -1,0 +1,55 @@
+"""The kernel configuration: a small frozen descriptor whose name says what it is."""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .spec import ConvShape
+
+
+@dataclass(frozen=True, order=True)
+class KernelConfig:
+    """Tile sizes and execution parameters of one sparse-convolution variant.
+
+    th, tw   output rows x cols per thread block, held per thread in registers (for each of its
+             output channels): the register tile of Listing 1
+    tc       input channels per block (channel tile); partial sums across channel tiles meet in atomics
+    threads  threads per block; thread t handles output channels n0 + t + k*threads, k < nt
+    nt       output channels per thread (coarsening along N)
+    """
+    th: int
+    tw: int
+    tc: int
+    threads: int
+    nt: int = 1
+
+    def tag(self) -> str:
+        return f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
+
+    def name(self, shape: ConvShape, batch: int) -> str:
+        """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
+        return f"sconv_{shape.tag()}_{self.tag()}_b{batch}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # Geometry that follows from the config and the layer shape.
+    def channels_per_block(self) -> int:
+        return self.threads * self.nt
+
+    def in_tile(self, shape: ConvShape) -> tuple[int, int]:
+        """Input rows x cols one block reads: its output tile plus the halo."""
+        return ((self.th - 1) * shape.stride[0] + shape.R, (self.tw - 1) * shape.stride[1] + shape.S)
+
+    def grid(self, shape: ConvShape, batch: int) -> dict[str, int]:
+        """How many tiles of each kind cover the layer (per image for the spatial ones)."""
+        return {"tiles_h": math.ceil(shape.P / self.th), "tiles_w": math.ceil(shape.Q / self.tw),
+                "tiles_c": math.ceil(shape.C / self.tc),
+                "tiles_n": math.ceil(shape.N / self.channels_per_block()), "batch": batch}
+
+    def num_blocks(self, shape: ConvShape, batch: int) -> int:
+        return math.prod(self.grid(shape, batch).values())
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelConfig":
+        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")})
