@@ -1,0 +1,529 @@
+"""Tile-size selection: the configuration space and the three-stage cost model (paper Sec. 3.5).
+
+For one conv shape, GPU, batch and sparsity level:
+
+  enumerate   config_space(shape): register tile th x tw, channel tile tc, threads, nt (a short
+              function, not a list); drop what cannot launch (registers, shared memory per block)
+  stage 1     keep occupancy >= 50 % (occupancy.py, the CUDA occupancy calculator's rules)
+  stage 2     keep the third with the least data movement (Table 2, in bytes, times the batch)
+  stage 3     predict the time (waves, Eqs. 3-9) and take the minimum
+
+Two models share stages 1-2 and differ in what they count:
+
+  "paper"  Table 2 and Eqs. 3-9 as printed, with the known slips fixed (Eq. 4 the right way up,
+           R*S in Eq. 6, Table 2 / Eq. 3 times the batch) and N in Eq. 6 read as the block's own
+           output channels (our blocks split N; the paper's do not).
+  "snn"    (default) the same waves, but each wave costs max(compute, memory): compute counts the
+           real multiply-adds (rho*R*S per output and input channel, over the whole register tile,
+           so partial edge tiles pay for their idle part), the per-nonzero decode work and the
+           shared-memory loads on their own pipe; memory counts DRAM and L2 traffic (halo
+           re-reads, weights per block, atomics as read-modify-writes in L2); the last partial
+           wave is timed on its own (tail effect); plus a fixed launch overhead.
+
+docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
+(fraction of zeros) s; the paper's rho is the density 1 - s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .config import KernelConfig
+from .errors import UserError
+from .gpu import GPU
+from .occupancy import block_limits
+from .spec import ConvLayer, ConvShape, Network
+
+MODELS = ("snn", "paper")
+DEFAULT_LEVELS = "0.4:0.9:0.05"
+
+# ---- configuration space ----------------------------------------------------------------------
+TILE_MAX = 16              # output rows / cols per block
+EDGE_WASTE_MAX = 0.15      # a tile size may pad P (or Q) by at most 15 %
+ACC_MAX = 64               # th*tw*nt fp32 accumulators per thread: keeps ptxas far from spilling
+THREADS = tuple(range(32, 257, 32))
+NT = (1, 2, 4)
+TC_MAX = 512
+N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
+
+# ---- resource estimate (to be corrected against ptxas once kernels are built) ------------------
+REG_BASE = 32              # addressing, loop counters, the nonzero being processed
+BYTES_PER_NNZ = 8          # a stored input: fp32 value + packed (h, w) position
+WEIGHT_SMEM_BUDGET = 16 * 1024   # the double-buffered weight chunk aims to stay under this
+
+# ---- stage thresholds ---------------------------------------------------------------------------
+OCCUPANCY_MIN = 0.5
+STAGE2_KEEP = 1 / 3
+
+# ---- "snn" model constants (calibration knobs; see docs/costmodel.md) ---------------------------
+K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
+K_OUT_ALU = 2              # per accumulator written back
+SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
+WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
+ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
+LAUNCH_US = 4.0            # memset + kernel launch, independent of the config
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: KernelConfig
+    predicted_us: float
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    layer: ConvLayer
+    choices: dict  # level (float, 2 decimals) -> Choice
+
+    def to_dict(self, batch: int) -> dict[str, Any]:
+        return {"index": self.layer.index, "name": self.layer.name, "shape": shape_dict(self.layer.shape),
+                "levels": {f"{lv:.2f}": {"config": ch.config.to_dict(), "tag": ch.config.tag(),
+                                         "kernel": ch.config.name(self.layer.shape, batch),
+                                         "predicted_us": round(ch.predicted_us, 4)}
+                           for lv, ch in self.choices.items()}}
+
+
+@dataclass(frozen=True)
+class Plan:
+    network: str
+    gpu: GPU
+    batch: int
+    levels: tuple
+    model: str
+    layers: tuple  # of LayerPlan, in network order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"network": self.network, "gpu": self.gpu.name, "arch": self.gpu.arch, "batch": self.batch,
+                "model": self.model, "levels": list(self.levels),
+                "distinct_shapes": len({lp.layer.shape for lp in self.layers}),
+                "total_predicted_us": {f"{lv:.2f}": round(sum(lp.choices[lv].predicted_us for lp in self.layers), 3)
+                                       for lv in self.levels},
+                "layers": [lp.to_dict(self.batch) for lp in self.layers]}
+
+
+def shape_dict(s: ConvShape) -> dict[str, Any]:
+    return {"C": s.C, "N": s.N, "H": s.H, "W": s.W, "R": s.R, "S": s.S, "stride": list(s.stride),
+            "padding": list(s.padding), "P": s.P, "Q": s.Q, "tag": s.tag()}
+
+
+# =================================================================================================
+# Levels
+
+def parse_levels(text: str | Sequence[float]) -> tuple[float, ...]:
+    """'0.4:0.9:0.05' (start:stop:step, stop included), '0.5,0.7' or '0.6' -> sparsity levels as
+    floats rounded to 2 decimals, each in [0, 1)."""
+    if not isinstance(text, str):
+        levels = [round(float(x), 2) for x in text]
+    else:
+        src = text.strip()
+        try:
+            if ":" in src:
+                parts = [float(p) for p in src.split(":")]
+                if len(parts) != 3:
+                    raise ValueError
+                start, stop, step = parts
+                if step <= 0 or stop < start:
+                    raise UserError(f"--levels '{text}': need start <= stop and step > 0 (start:stop:step)")
+                n = int(math.floor((stop - start) / step + 1e-9)) + 1
+                levels = [round(start + i * step, 2) for i in range(n)]
+            else:
+                levels = [round(float(p), 2) for p in src.split(",")]
+        except ValueError:
+            raise UserError(f"--levels '{text}': expected start:stop:step like 0.4:0.9:0.05, or a list like 0.5,0.7") from None
+    if not levels:
+        raise UserError(f"--levels '{text}': no levels")
+    for lv in levels:
+        if not 0.0 <= lv < 1.0:
+            raise UserError(f"--levels '{text}': sparsity level {lv} is outside [0, 1)")
+    return tuple(sorted(set(levels)))
+
+
+# =================================================================================================
+# Configuration space and resource estimate
+
+def tile_candidates(n_out: int) -> list[int]:
+    """Tile sizes along one output axis that pad it by at most EDGE_WASTE_MAX."""
+    return [t for t in range(1, min(n_out, TILE_MAX) + 1) if -(-n_out // t) * t <= (1 + EDGE_WASTE_MAX) * n_out]
+
+
+def tc_candidates(C: int) -> list[int]:
+    """Input channels per block: powers of two from 4 (a channel tile of any size costs nothing extra
+    at the edge: blocks loop over the nonzeros they hold), plus all of C when it is small."""
+    out = {2 ** k for k in range(2, 10) if 2 ** k < C and 2 ** k <= TC_MAX}
+    if C <= TC_MAX:
+        out.add(C)
+    return sorted(out)
+
+
+def channel_candidates(N: int) -> list[tuple[int, int]]:
+    """(threads, nt) pairs: threads a multiple of 32 in [32, 256], threads*nt padding N by <= 12.5 %."""
+    return [(t, nt) for t in THREADS for nt in NT if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
+
+
+@lru_cache(maxsize=4096)
+def _space(shape: ConvShape) -> dict[str, np.ndarray]:
+    """Every config of config_space(shape), as parallel int64 arrays th, tw, tc, threads, nt."""
+    ths, tws, tcs = tile_candidates(shape.P), tile_candidates(shape.Q), tc_candidates(shape.C)
+    chans = channel_candidates(shape.N)
+    if not chans:  # N so small that even 32 threads pad it by more than 12.5 %
+        chans = [(32, 1)]
+    th, tw, tc, ch = np.meshgrid(ths, tws, tcs, np.arange(len(chans)), indexing="ij")
+    th, tw, tc, ch = (a.ravel().astype(np.int64) for a in (th, tw, tc, ch))
+    threads = np.array([c[0] for c in chans], dtype=np.int64)[ch]
+    nt = np.array([c[1] for c in chans], dtype=np.int64)[ch]
+    keep = th * tw * nt <= ACC_MAX
+    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep]}
+
+
+def config_space(shape: ConvShape) -> list[KernelConfig]:
+    """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
+    sp = _space(shape)
+    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
+
+
+def _weight_chunk(R, S, tc, cpb):
+    chunk = np.ones_like(np.asarray(tc))
+    for p in (2, 4, 8, 16, 32, 64, 128, 256, 512):
+        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * cpb * 4 <= WEIGHT_SMEM_BUDGET)
+        chunk = np.where(ok, p, chunk)
+    return chunk
+
+
+def weight_chunk(shape: ConvShape, config: KernelConfig) -> int:
+    """Input channels of weights per shared-memory stage: the largest power of two dividing tc whose
+    double buffer (2 * chunk * R*S * threads*nt floats) fits WEIGHT_SMEM_BUDGET; at least 1."""
+    return int(_weight_chunk(shape.R, shape.S, config.tc, config.channels_per_block()))
+
+
+def _resources(shape: ConvShape, th, tw, tc, threads, nt):
+    cpb = threads * nt
+    th_in = (th - 1) * shape.stride[0] + shape.R
+    tw_in = (tw - 1) * shape.stride[1] + shape.S
+    regs = th * tw * nt + nt + REG_BASE
+    smem = (th_in * tw_in * tc * BYTES_PER_NNZ          # input tile, worst case dense, halo included
+            + tc * 4                                     # nonzero count per channel
+            + 2 * _weight_chunk(shape.R, shape.S, tc, cpb) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
+    return regs, smem
+
+
+def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
+    """(registers per thread, shared-memory bytes per block) the kernel for `config` should need:
+    regs = th*tw*nt accumulators + nt + REG_BASE; smem = the dense worst case of the input tile
+    (th_in*tw_in*tc values and positions) + per-channel counts + the double-buffered weight chunk."""
+    regs, smem = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    return int(regs), int(smem)
+
+
+# =================================================================================================
+# Geometry: what a block really touches, edges included
+
+def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple[int, int, int, int]:
+    """Along one axis, for tile size t: (tiles, real input rows summed over tiles (halo included,
+    padding excluded), (output, tap) pairs hitting a real input summed over all tile rows including
+    the padded ones past n_out, the same pairs for rows < n_out only)."""
+    tiles = -(-n_out // t)
+    t_in = (t - 1) * stride + k
+    starts = np.arange(tiles) * t * stride - pad
+    real_in = int((np.clip(starts + t_in, 0, n_in) - np.clip(starts, 0, n_in)).sum())
+    rows = np.arange(tiles * t)[:, None] * stride - pad + np.arange(k)[None, :]
+    hit = (rows >= 0) & (rows < n_in)
+    return tiles, real_in, int(hit.sum()), int(hit[:n_out].sum())
+
+
+@lru_cache(maxsize=4096)
+def _geometry(shape: ConvShape) -> dict[str, np.ndarray]:
+    """Per config of _space(shape): block counts and per-block averages that do not depend on the
+    GPU, the batch or the level."""
+    sp = _space(shape)
+    th, tw, tc, threads, nt = sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"]
+    rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(th).tolist()}
+    cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(tw).tolist()}
+    r = np.array([rows[t] for t in th.tolist()], dtype=np.float64).reshape(-1, 4)
+    c = np.array([cols[t] for t in tw.tolist()], dtype=np.float64).reshape(-1, 4)
+    cpb = threads * nt
+    tiles_c = -(-shape.C // tc)
+    tiles_n = -(-shape.N // cpb)
+    tiles_sp = r[:, 0] * c[:, 0]
+    regs, smem = _resources(shape, th, tw, tc, threads, nt)
+    return {
+        "cpb": cpb, "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
+        "blocks_per_image": tiles_sp * tiles_c * tiles_n,
+        "tc_avg": shape.C / tiles_c,
+        # stored inputs per block at density 1 (per channel): halo included, padding not stored
+        "in_sp": r[:, 1] * c[:, 1] / tiles_sp,
+        # (output, tap) pairs per block per input channel at density 1, over the whole register tile
+        "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
+        # share of those pairs that land on outputs past P or Q (partial edge tiles)
+        "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
+        "regs": regs, "smem": smem,
+    }
+
+
+# =================================================================================================
+# Stage 0 + 1: what launches, and occupancy
+
+@lru_cache(maxsize=4096)
+def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
+    sp, geo = _space(shape), _geometry(shape)
+    lim = block_limits(gpu, sp["threads"], geo["regs"], geo["smem"])
+    bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
+    warps = -(-sp["threads"] // gpu.warp_size)
+    occ = bps * warps / gpu.max_warps_per_sm
+    feasible = (bps > 0) & (geo["regs"] <= gpu.max_regs_per_thread) & (geo["smem"] <= gpu.smem_per_block_optin)
+    if not feasible.any():
+        raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
+                        f"(shared memory per block {gpu.smem_per_block_optin} B)")
+    keep = feasible & (occ >= OCCUPANCY_MIN - 1e-9)
+    relaxed = not keep.any()
+    if relaxed:  # nothing reaches 50 %: keep the best occupancy there is, and say so in --explain
+        keep = feasible & (occ >= occ[feasible].max() - 1e-9)
+    return {"bps": bps, "warps": warps, "occ": occ, "feasible": feasible, "idx": np.flatnonzero(keep),
+            "relaxed": relaxed}
+
+
+# =================================================================================================
+# Stage 2: data movement (bytes, whole batch)
+
+def _data_movement(shape: ConvShape, batch: int, density: float, model: str, idx: np.ndarray) -> np.ndarray:
+    g = _geometry(shape)
+    if model == "paper":  # Table 2 as printed (elements), in fp32 bytes, times the batch
+        inp = shape.H * shape.W * shape.C * density
+        wts = g["tiles_h"][idx] * g["tiles_w"][idx] * shape.R * shape.S * shape.C * shape.N
+        out = shape.P * shape.Q * shape.N * g["tiles_c"][idx]
+        return 4.0 * batch * (inp + wts + out)
+    return _snn_traffic(shape, batch, density, idx)["l2_bytes"]
+
+
+def _snn_traffic(shape: ConvShape, batch: int, density: float, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Bytes moved by the whole batch: into the SMs from L2, and to/from DRAM."""
+    g = _geometry(shape)
+    tiles_sp = g["tiles_h"][idx] * g["tiles_w"][idx]
+    n_atomics = float(batch * shape.P * shape.Q * shape.N) * g["tiles_c"][idx]
+    in_l2 = batch * tiles_sp * g["in_sp"][idx] * shape.C * density * BYTES_PER_NNZ + batch * tiles_sp * shape.C * 4
+    w_bytes = float(shape.C * shape.R * shape.S * shape.N * 4)
+    w_l2 = batch * tiles_sp * w_bytes
+    atom_l2 = n_atomics * ATOMIC_L2_BYTES
+    l2 = in_l2 + w_l2 + atom_l2
+    # DRAM (the GPU-dependent part is in _stage3): the COO* input once, halo re-reads hit L2.
+    in_dram = batch * shape.C * shape.H * shape.W * density * BYTES_PER_NNZ
+    out_bytes = float(batch * shape.P * shape.Q * shape.N * 4)
+    return {"l2_bytes": l2, "in_l2": in_l2, "w_l2": w_l2, "atomic_l2": atom_l2, "n_atomics": n_atomics,
+            "in_dram": np.full_like(l2, in_dram), "w_bytes": np.full_like(l2, w_bytes),
+            "out_bytes": np.full_like(l2, out_bytes)}
+
+
+def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str) -> tuple[np.ndarray, np.ndarray]:
+    """Indices (into _space) of the stage-2 survivors, and the data movement of every stage-1 survivor."""
+    s1 = _stage1(shape, gpu)
+    idx = s1["idx"]
+    dm = _data_movement(shape, batch, density, model, idx)
+    keep = max(1, math.ceil(len(idx) * STAGE2_KEEP))
+    order = np.lexsort((idx, -s1["occ"][idx], dm))  # least data movement; ties: higher occupancy, then space order
+    return idx[order[:keep]], dm
+
+
+# =================================================================================================
+# Stage 3: time by waves
+
+def _stage3(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str, idx: np.ndarray) -> dict[str, np.ndarray]:
+    sp, g, s1 = _space(shape), _geometry(shape), _stage1(shape, gpu)
+    th, tw, tc_avg, cpb = sp["th"][idx], sp["tw"][idx], g["tc_avg"][idx], g["cpb"][idx]
+    threads = sp["threads"][idx]
+    bps, occ, warps = s1["bps"][idx], s1["occ"][idx], s1["warps"][idx]
+    num_blk = batch * g["blocks_per_image"][idx]                     # Eq. 3, times B, with N tiles
+    blk_wave = (gpu.max_threads * occ / threads).round()              # Eq. 5 (= SMs x blocks per SM)
+    waves = np.ceil(num_blk / blk_wave)                               # Eq. 4, the right way up
+    if model == "paper":
+        tc = sp["tc"][idx]
+        flops_blk = 2.0 * th * tw * tc * shape.R * shape.S * cpb * density  # Eq. 6 with R*S
+        flops_wave = blk_wave * flops_blk                                    # Eq. 7
+        time_wave = flops_wave / (gpu.peak_fp32_flops * occ)                 # Eq. 8
+        t = time_wave * waves * 1e6                                          # Eq. 9, in us
+        return {"predicted_us": t, "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
+                "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
+
+    # "snn": per-block work on two pipes, per-block share of memory time, tail wave on its own.
+    nnz = g["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
+    pairs = g["pairs_sp"][idx] * tc_avg * density             # multiply-adds per output channel per block
+    fma = cpb * pairs                                         # real FMAs, whole register tile
+    alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
+    lsu = (fma                                                # weight read from shared memory per FMA
+           + threads * nnz                                    # each thread reads every nonzero (broadcast)
+           + nnz * BYTES_PER_NNZ / 4                          # staging the input tile into shared memory
+           + tc_avg * shape.R * shape.S * cpb                 # staging the weights
+           + cpb * th * tw)                                   # atomics
+    clk = gpu.boost_clock_mhz * 1e6
+    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / clk  # s per block, SM to itself
+
+    tr = _snn_traffic(shape, batch, density, idx)
+    half_l2 = gpu.l2_bytes / 2
+    w_dram = np.where(tr["w_bytes"] <= half_l2, tr["w_bytes"], tr["w_l2"])
+    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * g["tiles_c"][idx]) * tr["out_bytes"])
+    dram = tr["in_dram"] + w_dram + out_dram
+    t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
+    m_blk = t_mem / num_blk
+
+    def issue_eff(blocks_on_sm):
+        return np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
+
+    full = np.floor(num_blk / blk_wave)
+    tail = num_blk - full * blk_wave
+    t_full = np.maximum(bps * c_blk / issue_eff(bps), blk_wave * m_blk)
+    k_tail = np.ceil(tail / gpu.sms)
+    t_tail = np.where(tail > 0, np.maximum(k_tail * c_blk / issue_eff(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
+    t = (full * t_full + t_tail) * 1e6 + LAUNCH_US
+    return {"predicted_us": t, "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
+            "tail_blocks": tail, "compute_us": (full * bps * c_blk / issue_eff(bps) + k_tail * c_blk) * 1e6,
+            "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
+            "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
+            "fmas": fma * num_blk, "edge_waste": g["edge_waste"][idx]}
+
+
+# =================================================================================================
+# Planning
+
+def _check(model: str, batch: int) -> None:
+    if model not in MODELS:
+        raise UserError(f"unknown cost model '{model}': choose one of {', '.join(MODELS)}")
+    if not isinstance(batch, int) or batch < 1:
+        raise UserError(f"batch must be a positive integer, got {batch!r}")
+
+
+def _best(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str):
+    density = 1.0 - level
+    idx2, _ = _stage2(shape, gpu, batch, density, model)
+    s3 = _stage3(shape, gpu, batch, density, model, idx2)
+    s1 = _stage1(shape, gpu)
+    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))
+    return idx2, s3, order
+
+
+def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
+    """The chosen config and predicted time of one conv shape at each level."""
+    _check(model, batch)
+    sp = _space(shape)
+    out = {}
+    for level in levels:
+        idx2, s3, order = _best(shape, gpu, batch, level, model)
+        i = idx2[order[0]]
+        cfg = KernelConfig(int(sp["th"][i]), int(sp["tw"][i]), int(sp["tc"][i]), int(sp["threads"][i]), int(sp["nt"][i]))
+        out[round(float(level), 2)] = Choice(cfg, float(s3["predicted_us"][order[0]]))
+    return out
+
+
+def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | str = DEFAULT_LEVELS,
+                 model: str = "snn", layers: Iterable[str] | None = None) -> Plan:
+    """Plan every conv layer of `net` (or only those named in `layers`); identical shapes are
+    planned once."""
+    _check(model, batch)
+    lv = parse_levels(levels)
+    convs = list(net.convs)
+    if layers is not None:
+        wanted = list(layers)
+        by_name = {c.name: c for c in convs}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            some = ", ".join(c.name for c in convs[:4])
+            raise UserError(f"{net.path}: no conv layer named '{missing[0]}' (conv layers are e.g. {some}, ...; "
+                            f"see snn-codegen inspect)")
+        convs = [by_name[n] for n in dict.fromkeys(wanted)]
+    cache: dict[ConvShape, dict[float, Choice]] = {}
+    planned = []
+    for c in convs:
+        if c.shape not in cache:
+            cache[c.shape] = plan_shape(c.shape, gpu, batch, lv, model)
+        planned.append(LayerPlan(c, cache[c.shape]))
+    return Plan(net.name, gpu, batch, lv, model, tuple(planned))
+
+
+# =================================================================================================
+# --explain
+
+def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn", top: int = 5) -> dict[str, Any]:
+    """How the three stages went for one shape and level: counts surviving each stage and the
+    best `top` candidates of stage 3 with their numbers (first = the choice)."""
+    _check(model, batch)
+    density = 1.0 - level
+    sp, g, s1 = _space(shape), _geometry(shape), _stage1(shape, gpu)
+    idx2, dm1 = _stage2(shape, gpu, batch, density, model)
+    s3 = _stage3(shape, gpu, batch, density, model, idx2)
+    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))
+    dm_of = dict(zip(s1["idx"].tolist(), dm1.tolist()))
+    cands = []
+    for j in order[:top]:
+        i = int(idx2[j])
+        cfg = KernelConfig(int(sp["th"][i]), int(sp["tw"][i]), int(sp["tc"][i]), int(sp["threads"][i]), int(sp["nt"][i]))
+        row = {"config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(g["regs"][i]), "smem": int(g["smem"][i]),
+               "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
+               "data_movement_bytes": float(dm_of[i])}
+        for k, v in s3.items():
+            row[k] = float(v[j])
+        cands.append(row)
+    return {"shape": shape_dict(shape), "gpu": gpu.name, "batch": batch, "level": round(float(level), 2),
+            "density": round(density, 4), "model": model,
+            "counts": {"enumerated": int(len(sp["th"])), "launchable": int(s1["feasible"].sum()),
+                       "stage1_occupancy": int(len(s1["idx"])), "stage2_data_movement": int(len(idx2)),
+                       "stage3_timed": int(len(idx2))},
+            "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": OCCUPANCY_MIN,
+            "chosen": cands[0], "top": cands}
+
+
+# =================================================================================================
+# Text output for `snn-codegen plan`
+
+def format_plan(plan: Plan) -> str:
+    """One block per distinct shape: its layers, then one row per run of levels sharing a config."""
+    from .inspect import render
+    by_shape: dict[ConvShape, list[LayerPlan]] = {}
+    for lp in plan.layers:
+        by_shape.setdefault(lp.layer.shape, []).append(lp)
+    head = ("#", "shape", "layers", "levels", "config", "predicted µs per level")
+    body = []
+    for k, (shape, lps) in enumerate(by_shape.items(), 1):
+        names = lps[0].layer.name if len(lps) == 1 else f"{len(lps)}× {lps[0].layer.name} …"
+        runs: list[list[float]] = []
+        for lv in plan.levels:
+            if runs and lps[0].choices[runs[-1][-1]].config == lps[0].choices[lv].config:
+                runs[-1].append(lv)
+            else:
+                runs.append([lv])
+        for j, run in enumerate(runs):
+            ch = lps[0].choices
+            span = f"{run[0]:.2f}" if len(run) == 1 else f"{run[0]:.2f}–{run[-1]:.2f}"
+            body.append((str(k) if j == 0 else "", shape.tag() if j == 0 else "", names if j == 0 else "",
+                         span, ch[run[0]].config.tag(), " ".join(f"{ch[lv].predicted_us:.1f}" for lv in run)))
+    totals = {lv: sum(lp.choices[lv].predicted_us for lp in plan.layers) for lv in plan.levels}
+    lines = [render(head, body, right=(0,)), "",
+             f"{plan.network} on {plan.gpu.name} ({plan.gpu.arch}), batch {plan.batch}, model '{plan.model}': "
+             f"{len(plan.layers)} conv layers, {len(by_shape)} distinct shapes",
+             "sum of predicted sparse-conv time per level (µs): "
+             + "  ".join(f"{lv:.2f}: {totals[lv]:.0f}" for lv in plan.levels)]
+    return "\n".join(lines)
+
+
+def format_explain(info: dict[str, Any], layers: Sequence[str] = ()) -> str:
+    from .inspect import render
+    c = info["counts"]
+    who = f" ({', '.join(layers[:3])}{' …' if len(layers) > 3 else ''})" if layers else ""
+    out = [f"{info['shape']['tag']}{who} at sparsity {info['level']:.2f} (density {info['density']:.2f}), "
+           f"batch {info['batch']}, {info['gpu']}, model '{info['model']}'",
+           f"  enumerated {c['enumerated']} → launchable {c['launchable']} → stage 1 occupancy ≥ "
+           f"{info['occupancy_min']:.0%}: {c['stage1_occupancy']}"
+           + (" (none reached it: kept the best occupancy)" if info["stage1_relaxed"] else "")
+           + f" → stage 2 least data movement: {c['stage2_data_movement']} → stage 3 timed: {c['stage3_timed']}"]
+    snn = info["model"] == "snn"
+    head = ("rank", "config", "regs", "smem", "blk/SM", "occ", "data MB", "blocks", "waves",
+            *(("compute µs", "memory µs", "atomic µs", "edge") if snn else ("kFLOP/blk", "wave µs")), "predicted µs")
+    body = []
+    for r, row in enumerate(info["top"], 1):
+        extra = ((f"{row['compute_us']:.1f}", f"{row['memory_us']:.1f}", f"{row['atomic_us']:.1f}",
+                  f"{row['edge_waste']:.0%}") if snn else (f"{row['flops_blk'] / 1e3:.1f}", f"{row['time_wave_us']:.2f}"))
+        body.append((str(r), row["tag"], str(row["registers"]), str(row["smem"]), str(row["blocks_per_sm"]),
+                     f"{row['occupancy']:.0%}", f"{row['data_movement_bytes'] / 1e6:.2f}", str(int(row["num_blocks"])),
+                     str(int(row["waves"])), *extra, f"{row['predicted_us']:.2f}"))
+    out.append("  " + render(head, body, right=tuple(range(2, len(head)))).replace("\n", "\n  "))
+    return "\n".join(out)
