@@ -53,7 +53,8 @@ N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
 # ---- resource estimate (to be corrected against ptxas once kernels are built) ------------------
 REG_BASE = 32              # addressing, loop counters, the nonzero being processed
 BYTES_PER_NNZ = 8          # a stored input: fp32 value + packed (h, w) position
-WEIGHT_SMEM_BUDGET = 16 * 1024   # the double-buffered weight chunk aims to stay under this
+WEIGHT_SMEM_PER_THREAD = 32      # the double-buffered weight chunk aims at <= this many bytes per thread:
+                                 # at 50 % occupancy a thread has only 96 (V100) to 228 (H100) bytes of smem
 
 # ---- stage thresholds ---------------------------------------------------------------------------
 OCCUPANCY_MIN = 0.5
@@ -185,18 +186,19 @@ def config_space(shape: ConvShape) -> list[KernelConfig]:
     return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
 
 
-def _weight_chunk(R, S, tc, cpb):
+def _weight_chunk(R, S, tc, threads, nt):
     chunk = np.ones_like(np.asarray(tc))
     for p in (2, 4, 8, 16, 32, 64, 128, 256, 512):
-        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * cpb * 4 <= WEIGHT_SMEM_BUDGET)
+        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * threads * nt * 4 <= WEIGHT_SMEM_PER_THREAD * threads)
         chunk = np.where(ok, p, chunk)
     return chunk
 
 
 def weight_chunk(shape: ConvShape, config: KernelConfig) -> int:
     """Input channels of weights per shared-memory stage: the largest power of two dividing tc whose
-    double buffer (2 * chunk * R*S * threads*nt floats) fits WEIGHT_SMEM_BUDGET; at least 1."""
-    return int(_weight_chunk(shape.R, shape.S, config.tc, config.channels_per_block()))
+    double buffer (2 * chunk * R*S * threads*nt floats) takes at most WEIGHT_SMEM_PER_THREAD bytes
+    per thread; at least 1 (so 1 for every 3x3 and 7x7 conv, 4/nt for 1x1)."""
+    return int(_weight_chunk(shape.R, shape.S, config.tc, config.threads, config.nt))
 
 
 def _resources(shape: ConvShape, th, tw, tc, threads, nt):
@@ -206,7 +208,7 @@ def _resources(shape: ConvShape, th, tw, tc, threads, nt):
     regs = th * tw * nt + nt + REG_BASE
     smem = (th_in * tw_in * tc * BYTES_PER_NNZ          # input tile, worst case dense, halo included
             + tc * 4                                     # nonzero count per channel
-            + 2 * _weight_chunk(shape.R, shape.S, tc, cpb) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
+            + 2 * _weight_chunk(shape.R, shape.S, tc, threads, nt) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
     return regs, smem
 
 
@@ -234,12 +236,10 @@ def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple
     return tiles, real_in, int(hit.sum()), int(hit[:n_out].sum())
 
 
-@lru_cache(maxsize=4096)
-def _geometry(shape: ConvShape) -> dict[str, np.ndarray]:
-    """Per config of _space(shape): block counts and per-block averages that do not depend on the
-    GPU, the batch or the level."""
-    sp = _space(shape)
-    th, tw, tc, threads, nt = sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"]
+def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+    """Per config (parallel arrays): block counts, per-block averages and the resource estimate;
+    nothing here depends on the GPU, the batch or the level."""
+    th, tw, tc, threads, nt = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (th, tw, tc, threads, nt))
     rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(th).tolist()}
     cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(tw).tolist()}
     r = np.array([rows[t] for t in th.tolist()], dtype=np.float64).reshape(-1, 4)
@@ -250,12 +250,13 @@ def _geometry(shape: ConvShape) -> dict[str, np.ndarray]:
     tiles_sp = r[:, 0] * c[:, 0]
     regs, smem = _resources(shape, th, tw, tc, threads, nt)
     return {
-        "cpb": cpb, "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
+        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
+        "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
         "blocks_per_image": tiles_sp * tiles_c * tiles_n,
         "tc_avg": shape.C / tiles_c,
-        # stored inputs per block at density 1 (per channel): halo included, padding not stored
+        # stored inputs per block and input channel at density 1: halo included, padding not stored
         "in_sp": r[:, 1] * c[:, 1] / tiles_sp,
-        # (output, tap) pairs per block per input channel at density 1, over the whole register tile
+        # (output, tap) pairs per block and input channel at density 1, over the whole register tile
         "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
@@ -263,17 +264,36 @@ def _geometry(shape: ConvShape) -> dict[str, np.ndarray]:
     }
 
 
+@lru_cache(maxsize=4096)
+def _space_table(shape: ConvShape) -> dict[str, np.ndarray]:
+    sp = _space(shape)
+    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])
+
+
+def _config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
+    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt)
+
+
+def _configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
+    return [KernelConfig(int(tab["th"][i]), int(tab["tw"][i]), int(tab["tc"][i]), int(tab["threads"][i]), int(tab["nt"][i]))
+            for i in idx]
+
+
 # =================================================================================================
 # Stage 0 + 1: what launches, and occupancy
 
+def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
+    lim = block_limits(gpu, tab["threads"], tab["regs"], tab["smem"])
+    bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
+    warps = -(-tab["threads"] // gpu.warp_size)
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block_optin)
+    return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
+
+
 @lru_cache(maxsize=4096)
 def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
-    sp, geo = _space(shape), _geometry(shape)
-    lim = block_limits(gpu, sp["threads"], geo["regs"], geo["smem"])
-    bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
-    warps = -(-sp["threads"] // gpu.warp_size)
-    occ = bps * warps / gpu.max_warps_per_sm
-    feasible = (bps > 0) & (geo["regs"] <= gpu.max_regs_per_thread) & (geo["smem"] <= gpu.smem_per_block_optin)
+    o = _occupancy(_space_table(shape), gpu)
+    feasible, occ = o["feasible"], o["occ"]
     if not feasible.any():
         raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
                         f"(shared memory per block {gpu.smem_per_block_optin} B)")
@@ -281,106 +301,100 @@ def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
     relaxed = not keep.any()
     if relaxed:  # nothing reaches 50 %: keep the best occupancy there is, and say so in --explain
         keep = feasible & (occ >= occ[feasible].max() - 1e-9)
-    return {"bps": bps, "warps": warps, "occ": occ, "feasible": feasible, "idx": np.flatnonzero(keep),
-            "relaxed": relaxed}
+    return {**o, "idx": np.flatnonzero(keep), "relaxed": relaxed}
 
 
 # =================================================================================================
 # Stage 2: data movement (bytes, whole batch)
 
-def _data_movement(shape: ConvShape, batch: int, density: float, model: str, idx: np.ndarray) -> np.ndarray:
-    g = _geometry(shape)
+def _data_movement(shape: ConvShape, tab: dict, batch: int, density: float, model: str, idx) -> np.ndarray:
     if model == "paper":  # Table 2 as printed (elements), in fp32 bytes, times the batch
         inp = shape.H * shape.W * shape.C * density
-        wts = g["tiles_h"][idx] * g["tiles_w"][idx] * shape.R * shape.S * shape.C * shape.N
-        out = shape.P * shape.Q * shape.N * g["tiles_c"][idx]
+        wts = tab["tiles_h"][idx] * tab["tiles_w"][idx] * shape.R * shape.S * shape.C * shape.N
+        out = shape.P * shape.Q * shape.N * tab["tiles_c"][idx]
         return 4.0 * batch * (inp + wts + out)
-    return _snn_traffic(shape, batch, density, idx)["l2_bytes"]
+    return _traffic(shape, tab, batch, density, idx)["l2_bytes"]
 
 
-def _snn_traffic(shape: ConvShape, batch: int, density: float, idx: np.ndarray) -> dict[str, np.ndarray]:
-    """Bytes moved by the whole batch: into the SMs from L2, and to/from DRAM."""
-    g = _geometry(shape)
-    tiles_sp = g["tiles_h"][idx] * g["tiles_w"][idx]
-    n_atomics = float(batch * shape.P * shape.Q * shape.N) * g["tiles_c"][idx]
-    in_l2 = batch * tiles_sp * g["in_sp"][idx] * shape.C * density * BYTES_PER_NNZ + batch * tiles_sp * shape.C * 4
+def _traffic(shape: ConvShape, tab: dict, batch: int, density: float, idx) -> dict[str, np.ndarray]:
+    """Bytes the whole batch moves from L2 into the SMs, and the DRAM terms that do not depend on the GPU."""
+    tiles_sp = tab["tiles_h"][idx] * tab["tiles_w"][idx]
+    n_atomics = float(batch * shape.P * shape.Q * shape.N) * tab["tiles_c"][idx]
+    in_l2 = batch * tiles_sp * (tab["in_sp"][idx] * shape.C * density * BYTES_PER_NNZ + shape.C * 4)
     w_bytes = float(shape.C * shape.R * shape.S * shape.N * 4)
     w_l2 = batch * tiles_sp * w_bytes
     atom_l2 = n_atomics * ATOMIC_L2_BYTES
-    l2 = in_l2 + w_l2 + atom_l2
-    # DRAM (the GPU-dependent part is in _stage3): the COO* input once, halo re-reads hit L2.
-    in_dram = batch * shape.C * shape.H * shape.W * density * BYTES_PER_NNZ
-    out_bytes = float(batch * shape.P * shape.Q * shape.N * 4)
-    return {"l2_bytes": l2, "in_l2": in_l2, "w_l2": w_l2, "atomic_l2": atom_l2, "n_atomics": n_atomics,
-            "in_dram": np.full_like(l2, in_dram), "w_bytes": np.full_like(l2, w_bytes),
-            "out_bytes": np.full_like(l2, out_bytes)}
+    one = np.ones_like(w_l2)
+    return {"l2_bytes": in_l2 + w_l2 + atom_l2, "in_l2": in_l2, "w_l2": w_l2, "atomic_l2": atom_l2,
+            "n_atomics": n_atomics,
+            # the COO* input comes from DRAM once: halo re-reads hit L2
+            "in_dram": one * batch * shape.C * shape.H * shape.W * density * BYTES_PER_NNZ,
+            "w_bytes": one * w_bytes, "out_bytes": one * float(batch * shape.P * shape.Q * shape.N * 4)}
 
 
-def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str) -> tuple[np.ndarray, np.ndarray]:
-    """Indices (into _space) of the stage-2 survivors, and the data movement of every stage-1 survivor."""
+def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
+    """(stage-2 survivors, stage-1 survivors, data movement of each stage-1 survivor); indices into
+    the space table."""
     s1 = _stage1(shape, gpu)
-    idx = s1["idx"]
-    dm = _data_movement(shape, batch, density, model, idx)
-    keep = max(1, math.ceil(len(idx) * STAGE2_KEEP))
-    order = np.lexsort((idx, -s1["occ"][idx], dm))  # least data movement; ties: higher occupancy, then space order
-    return idx[order[:keep]], dm
+    idx1 = s1["idx"]
+    dm = _data_movement(shape, _space_table(shape), batch, density, model, idx1)
+    keep = max(1, math.ceil(len(idx1) * STAGE2_KEEP))
+    order = np.lexsort((idx1, -s1["occ"][idx1], dm))  # least data movement; ties: higher occupancy, then space order
+    return idx1[order[:keep]], idx1, dm
 
 
 # =================================================================================================
 # Stage 3: time by waves
 
-def _stage3(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str, idx: np.ndarray) -> dict[str, np.ndarray]:
-    sp, g, s1 = _space(shape), _geometry(shape), _stage1(shape, gpu)
-    th, tw, tc_avg, cpb = sp["th"][idx], sp["tw"][idx], g["tc_avg"][idx], g["cpb"][idx]
-    threads = sp["threads"][idx]
-    bps, occ, warps = s1["bps"][idx], s1["occ"][idx], s1["warps"][idx]
-    num_blk = batch * g["blocks_per_image"][idx]                     # Eq. 3, times B, with N tiles
-    blk_wave = (gpu.max_threads * occ / threads).round()              # Eq. 5 (= SMs x blocks per SM)
-    waves = np.ceil(num_blk / blk_wave)                               # Eq. 4, the right way up
+def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx) -> dict[str, np.ndarray]:
+    th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
+    tc_avg = tab["tc_avg"][idx]
+    bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
+    num_blk = batch * tab["blocks_per_image"][idx]                  # Eq. 3, times B, with N tiles
+    blk_wave = np.round(gpu.max_threads * oc / threads)             # Eq. 5 (= SMs x blocks per SM)
+    waves = np.ceil(num_blk / blk_wave)                             # Eq. 4, the right way up
     if model == "paper":
-        tc = sp["tc"][idx]
-        flops_blk = 2.0 * th * tw * tc * shape.R * shape.S * cpb * density  # Eq. 6 with R*S
-        flops_wave = blk_wave * flops_blk                                    # Eq. 7
-        time_wave = flops_wave / (gpu.peak_fp32_flops * occ)                 # Eq. 8
-        t = time_wave * waves * 1e6                                          # Eq. 9, in us
-        return {"predicted_us": t, "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
+        flops_blk = 2.0 * th * tw * tab["tc"][idx] * shape.R * shape.S * cpb * density  # Eq. 6 with R*S
+        flops_wave = blk_wave * flops_blk                                               # Eq. 7
+        time_wave = flops_wave / (gpu.peak_fp32_flops * oc)                             # Eq. 8
+        return {"predicted_us": time_wave * waves * 1e6,                                # Eq. 9
+                "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
                 "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
 
     # "snn": per-block work on two pipes, per-block share of memory time, tail wave on its own.
-    nnz = g["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
-    pairs = g["pairs_sp"][idx] * tc_avg * density             # multiply-adds per output channel per block
-    fma = cpb * pairs                                         # real FMAs, whole register tile
+    nnz = tab["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
+    fma = cpb * tab["pairs_sp"][idx] * tc_avg * density         # real multiply-adds, whole register tile
     alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
-    lsu = (fma                                                # weight read from shared memory per FMA
-           + threads * nnz                                    # each thread reads every nonzero (broadcast)
-           + nnz * BYTES_PER_NNZ / 4                          # staging the input tile into shared memory
-           + tc_avg * shape.R * shape.S * cpb                 # staging the weights
-           + cpb * th * tw)                                   # atomics
-    clk = gpu.boost_clock_mhz * 1e6
-    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / clk  # s per block, SM to itself
+    lsu = (fma                                                  # a weight read from shared memory per FMA
+           + threads * nnz                                      # every thread reads every nonzero (broadcast)
+           + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
+           + tc_avg * shape.R * shape.S * cpb                   # staging the weights
+           + cpb * th * tw)                                     # the atomics
+    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
 
-    tr = _snn_traffic(shape, batch, density, idx)
+    tr = _traffic(shape, tab, batch, density, idx)
     half_l2 = gpu.l2_bytes / 2
     w_dram = np.where(tr["w_bytes"] <= half_l2, tr["w_bytes"], tr["w_l2"])
-    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * g["tiles_c"][idx]) * tr["out_bytes"])
+    # output zeroed, then written back once if it stays in L2; else every channel tile misses again
+    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * tab["tiles_c"][idx]) * tr["out_bytes"])
     dram = tr["in_dram"] + w_dram + out_dram
     t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
     m_blk = t_mem / num_blk
 
-    def issue_eff(blocks_on_sm):
-        return np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
+    def issue(blocks_on_sm):  # seconds for an SM to run that many blocks side by side
+        return blocks_on_sm * c_blk / np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
 
     full = np.floor(num_blk / blk_wave)
     tail = num_blk - full * blk_wave
-    t_full = np.maximum(bps * c_blk / issue_eff(bps), blk_wave * m_blk)
     k_tail = np.ceil(tail / gpu.sms)
-    t_tail = np.where(tail > 0, np.maximum(k_tail * c_blk / issue_eff(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
-    t = (full * t_full + t_tail) * 1e6 + LAUNCH_US
-    return {"predicted_us": t, "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
-            "tail_blocks": tail, "compute_us": (full * bps * c_blk / issue_eff(bps) + k_tail * c_blk) * 1e6,
+    t_full = np.maximum(issue(bps), blk_wave * m_blk)
+    t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
+    return {"predicted_us": (full * t_full + t_tail) * 1e6 + LAUNCH_US,
+            "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
+            "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
             "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
             "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
-            "fmas": fma * num_blk, "edge_waste": g["edge_waste"][idx]}
+            "fmas": fma * num_blk, "edge_waste": tab["edge_waste"][idx]}
 
 
 # =================================================================================================
@@ -389,36 +403,36 @@ def _stage3(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str, 
 def _check(model: str, batch: int) -> None:
     if model not in MODELS:
         raise UserError(f"unknown cost model '{model}': choose one of {', '.join(MODELS)}")
-    if not isinstance(batch, int) or batch < 1:
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
         raise UserError(f"batch must be a positive integer, got {batch!r}")
 
 
-def _best(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str):
+def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> dict[str, Any]:
+    """All three stages for one shape and level; indices into the space table."""
+    _check(model, batch)
     density = 1.0 - level
-    idx2, _ = _stage2(shape, gpu, batch, density, model)
-    s3 = _stage3(shape, gpu, batch, density, model, idx2)
     s1 = _stage1(shape, gpu)
-    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))
-    return idx2, s3, order
+    idx2, idx1, dm1 = _stage2(shape, gpu, batch, density, model)
+    s3 = _time(shape, gpu, _space_table(shape), s1, batch, density, model, idx2)
+    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))  # least time; ties: occupancy, space order
+    return {"idx1": idx1, "dm1": dm1, "idx2": idx2, "s3": s3, "order": order, "density": density}
 
 
 def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
     """The chosen config and predicted time of one conv shape at each level."""
-    _check(model, batch)
-    sp = _space(shape)
+    tab = _space_table(shape)
     out = {}
     for level in levels:
-        idx2, s3, order = _best(shape, gpu, batch, level, model)
-        i = idx2[order[0]]
-        cfg = KernelConfig(int(sp["th"][i]), int(sp["tw"][i]), int(sp["tc"][i]), int(sp["threads"][i]), int(sp["nt"][i]))
-        out[round(float(level), 2)] = Choice(cfg, float(s3["predicted_us"][order[0]]))
+        r = _run(shape, gpu, batch, level, model)
+        best = r["order"][0]
+        out[round(float(level), 2)] = Choice(_configs(tab, [r["idx2"][best]])[0], float(r["s3"]["predicted_us"][best]))
     return out
 
 
 def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | str = DEFAULT_LEVELS,
                  model: str = "snn", layers: Iterable[str] | None = None) -> Plan:
     """Plan every conv layer of `net` (or only those named in `layers`); identical shapes are
-    planned once."""
+    planned once and share one choices dict."""
     _check(model, batch)
     lv = parse_levels(levels)
     convs = list(net.convs)
@@ -440,34 +454,71 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
     return Plan(net.name, gpu, batch, lv, model, tuple(planned))
 
 
+def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn") -> dict[str, list[KernelConfig]]:
+    """The configs surviving each stage: 'enumerated', 'launchable', 'stage1', 'stage2' (least data
+    movement first) and 'stage3' (all of stage 2, least predicted time first: [0] is the choice)."""
+    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    r = _run(shape, gpu, batch, level, model)
+    dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
+    return {"enumerated": _configs(tab, range(len(tab["th"]))),
+            "launchable": _configs(tab, np.flatnonzero(s1["feasible"])),
+            "stage1": _configs(tab, r["idx1"]),
+            "stage2": _configs(tab, r["idx1"][dm_order[:len(r["idx2"])]]),
+            "stage3": _configs(tab, r["idx2"][r["order"]])}
+
+
+def data_movement(shape: ConvShape, config: KernelConfig, batch: int, level: float, model: str = "snn") -> float:
+    """Stage 2's measure for one config: bytes moved by the whole batch ('paper': Table 2 in fp32
+    bytes; 'snn': bytes from L2 into the SMs: halo'd COO* input, weights per block, atomics)."""
+    _check(model, batch)
+    return float(_data_movement(shape, _config_table(shape, config), batch, 1.0 - level, model, [0])[0])
+
+
+def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config: KernelConfig,
+                    model: str = "snn") -> dict[str, Any]:
+    """Every number the model has for one config (whether or not it would survive stages 1-2):
+    resources, occupancy, data movement and the stage-3 terms, predicted_us among them."""
+    _check(model, batch)
+    tab = _config_table(shape, config)
+    occ = _occupancy(tab, gpu)
+    row = {"config": config.to_dict(), "tag": config.tag(), "registers": int(tab["regs"][0]),
+           "smem": int(tab["smem"][0]), "blocks_per_sm": int(occ["bps"][0]), "occupancy": float(occ["occ"][0]),
+           "launchable": bool(occ["feasible"][0]),
+           "data_movement_bytes": float(_data_movement(shape, tab, batch, 1.0 - level, model, [0])[0])}
+    if row["launchable"]:
+        row.update({k: float(v[0]) for k, v in _time(shape, gpu, tab, occ, batch, 1.0 - level, model, [0]).items()})
+    return row
+
+
+def clear_caches() -> None:
+    """Forget cached spaces and stage-1 results (for timing the cold path)."""
+    for f in (_space, _space_table, _stage1):
+        f.cache_clear()
+
+
 # =================================================================================================
 # --explain
 
 def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn", top: int = 5) -> dict[str, Any]:
     """How the three stages went for one shape and level: counts surviving each stage and the
     best `top` candidates of stage 3 with their numbers (first = the choice)."""
-    _check(model, batch)
-    density = 1.0 - level
-    sp, g, s1 = _space(shape), _geometry(shape), _stage1(shape, gpu)
-    idx2, dm1 = _stage2(shape, gpu, batch, density, model)
-    s3 = _stage3(shape, gpu, batch, density, model, idx2)
-    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))
-    dm_of = dict(zip(s1["idx"].tolist(), dm1.tolist()))
+    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    r = _run(shape, gpu, batch, level, model)
+    dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     cands = []
-    for j in order[:top]:
-        i = int(idx2[j])
-        cfg = KernelConfig(int(sp["th"][i]), int(sp["tw"][i]), int(sp["tc"][i]), int(sp["threads"][i]), int(sp["nt"][i]))
-        row = {"config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(g["regs"][i]), "smem": int(g["smem"][i]),
+    for j in r["order"][:top]:
+        i = int(r["idx2"][j])
+        cfg = _configs(tab, [i])[0]
+        row = {"config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(tab["regs"][i]), "smem": int(tab["smem"][i]),
                "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
                "data_movement_bytes": float(dm_of[i])}
-        for k, v in s3.items():
-            row[k] = float(v[j])
+        row.update({k: float(v[j]) for k, v in r["s3"].items()})
         cands.append(row)
     return {"shape": shape_dict(shape), "gpu": gpu.name, "batch": batch, "level": round(float(level), 2),
-            "density": round(density, 4), "model": model,
-            "counts": {"enumerated": int(len(sp["th"])), "launchable": int(s1["feasible"].sum()),
-                       "stage1_occupancy": int(len(s1["idx"])), "stage2_data_movement": int(len(idx2)),
-                       "stage3_timed": int(len(idx2))},
+            "density": round(r["density"], 4), "model": model,
+            "counts": {"enumerated": int(len(tab["th"])), "launchable": int(s1["feasible"].sum()),
+                       "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(len(r["idx2"])),
+                       "stage3_timed": int(len(r["idx2"]))},
             "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": OCCUPANCY_MIN,
             "chosen": cands[0], "top": cands}
 
