@@ -85,9 +85,10 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     if explain:
         shapes: dict = {}
         for lp in plan.layers:
-            shapes.setdefault(lp.layer.shape, []).append(lp.layer.name)
-        for shape, names in shapes.items():
-            explained.append((names, [costmodel.explain_layer(shape, gpu, batch, lv, model, top) for lv in plan.levels]))
+            shapes.setdefault(lp.layer.shape, (lp.choices, []))[1].append(lp.layer.name)
+        for shape, (choices, names) in shapes.items():
+            explained.append((names, [costmodel.explain_layer(shape, gpu, batch, lv, model, top, choices[lv].config)
+                                      for lv in plan.levels]))
     if as_json:
         out = plan.to_dict()
         out["gpu_description"] = gpu.to_dict()

@@ -59,6 +59,7 @@ WEIGHT_SMEM_PER_THREAD = 32      # the double-buffered weight chunk aims at <= t
 # ---- stage thresholds ---------------------------------------------------------------------------
 OCCUPANCY_MIN = 0.5
 STAGE2_KEEP = 1 / 3
+REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
 # ---- "snn" model constants (calibration knobs; see docs/costmodel.md) ---------------------------
 K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
@@ -419,13 +420,31 @@ def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> di
 
 
 def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
-    """The chosen config and predicted time of one conv shape at each level."""
+    """The chosen config and predicted time of one conv shape at each level (ascending).
+
+    The choice is stage 3's fastest config, except that a config already chosen for a lower level
+    is kept when it survived stages 1-2 here too, is within REUSE_TOLERANCE of the fastest, and is
+    still faster than the previous level's choice: the model is not precise to a few per cent, and
+    every distinct config is one more kernel to compile."""
     tab = _space_table(shape)
-    out = {}
-    for level in levels:
+    out: dict[float, Choice] = {}
+    chosen: list[int] = []          # space indices already picked, in order
+    prev = math.inf
+    for level in sorted(round(float(lv), 2) for lv in levels):
         r = _run(shape, gpu, batch, level, model)
-        best = r["order"][0]
-        out[round(float(level), 2)] = Choice(_configs(tab, [r["idx2"][best]])[0], float(r["s3"]["predicted_us"][best]))
+        t = r["s3"]["predicted_us"]
+        pick = int(r["order"][0])
+        hits = [np.flatnonzero(r["idx2"] == i) for i in chosen]
+        reuse = [(float(t[h[0]]), int(h[0])) for h in hits if len(h)]
+        if reuse:
+            t_re, j_re = min(reuse)
+            if t_re <= t[pick] * (1 + REUSE_TOLERANCE) and t_re < prev:
+                pick = j_re
+        i = int(r["idx2"][pick])
+        if i not in chosen:
+            chosen.append(i)
+        prev = float(t[pick])
+        out[level] = Choice(_configs(tab, [i])[0], prev)
     return out
 
 
@@ -499,20 +518,35 @@ def clear_caches() -> None:
 # =================================================================================================
 # --explain
 
-def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn", top: int = 5) -> dict[str, Any]:
+def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn", top: int = 5,
+                  chosen: KernelConfig | None = None) -> dict[str, Any]:
     """How the three stages went for one shape and level: counts surviving each stage and the
-    best `top` candidates of stage 3 with their numbers (first = the choice)."""
+    best `top` candidates of stage 3 with their numbers and rank. `chosen` is the plan's pick
+    (plan_shape may keep a lower level's config within REUSE_TOLERANCE); it defaults to rank 1 and
+    is listed even when it is not among the top."""
     tab, s1 = _space_table(shape), _stage1(shape, gpu)
     r = _run(shape, gpu, batch, level, model)
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
+    rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
+    ranks = list(range(min(top, len(r["order"]))))
+    if chosen is not None:
+        match = [i for i in rank_of if _configs(tab, [i])[0] == chosen]
+        if not match:
+            raise ValueError(f"{chosen.tag()} did not survive stages 1-2 for {shape.tag()} at {level}")
+        if rank_of[match[0]] not in ranks:
+            ranks.append(rank_of[match[0]])
+        chosen_rank = rank_of[match[0]]
+    else:
+        chosen_rank = 0
     cands = []
-    for j in r["order"][:top]:
+    for k in ranks:
+        j = r["order"][k]
         i = int(r["idx2"][j])
         cfg = _configs(tab, [i])[0]
-        row = {"config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(tab["regs"][i]), "smem": int(tab["smem"][i]),
-               "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
-               "data_movement_bytes": float(dm_of[i])}
-        row.update({k: float(v[j]) for k, v in r["s3"].items()})
+        row = {"rank": k + 1, "config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(tab["regs"][i]),
+               "smem": int(tab["smem"][i]), "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
+               "data_movement_bytes": float(dm_of[i]), "chosen": k == chosen_rank}
+        row.update({k2: float(v[j]) for k2, v in r["s3"].items()})
         cands.append(row)
     return {"shape": shape_dict(shape), "gpu": gpu.name, "batch": batch, "level": round(float(level), 2),
             "density": round(r["density"], 4), "model": model,
@@ -520,7 +554,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
                        "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(len(r["idx2"])),
                        "stage3_timed": int(len(r["idx2"]))},
             "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": OCCUPANCY_MIN,
-            "chosen": cands[0], "top": cands}
+            "chosen": next(c for c in cands if c["chosen"]), "top": cands}
 
 
 # =================================================================================================
@@ -570,11 +604,14 @@ def format_explain(info: dict[str, Any], layers: Sequence[str] = ()) -> str:
     head = ("rank", "config", "regs", "smem", "blk/SM", "occ", "data MB", "blocks", "waves",
             *(("compute µs", "memory µs", "atomic µs", "edge") if snn else ("kFLOP/blk", "wave µs")), "predicted µs")
     body = []
-    for r, row in enumerate(info["top"], 1):
+    for row in info["top"]:
         extra = ((f"{row['compute_us']:.1f}", f"{row['memory_us']:.1f}", f"{row['atomic_us']:.1f}",
                   f"{row['edge_waste']:.0%}") if snn else (f"{row['flops_blk'] / 1e3:.1f}", f"{row['time_wave_us']:.2f}"))
-        body.append((str(r), row["tag"], str(row["registers"]), str(row["smem"]), str(row["blocks_per_sm"]),
+        body.append((f"{row['rank']}{'*' if row['chosen'] else ''}", row["tag"], str(row["registers"]), str(row["smem"]), str(row["blocks_per_sm"]),
                      f"{row['occupancy']:.0%}", f"{row['data_movement_bytes'] / 1e6:.2f}", str(int(row["num_blocks"])),
                      str(int(row["waves"])), *extra, f"{row['predicted_us']:.2f}"))
     out.append("  " + render(head, body, right=tuple(range(2, len(head)))).replace("\n", "\n  "))
+    if not info["top"][0]["chosen"]:
+        out.append(f"  * the plan keeps {info['chosen']['tag']} from a lower level: within "
+                   f"{REUSE_TOLERANCE:.0%} of rank 1 (one kernel fewer to compile)")
     return "\n".join(out)

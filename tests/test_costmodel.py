@@ -296,3 +296,22 @@ def test_planning_resnet152_is_fast():
     dt = time.perf_counter() - t0
     print(f"\nplanning ResNet-152 (155 convs, 23 shapes) x 11 levels on h100, cold caches: {dt * 1000:.0f} ms")
     assert len(plan.layers) == 155 and dt < 5.0  # target < 1 s; generous margin against a loaded CI box
+
+
+def test_plan_keeps_a_lower_levels_config_only_within_tolerance():
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    plan = cm.plan_network(net, H100, 1, LEVELS)
+    reused = 0
+    for shape in net.conv_shapes():
+        choices = next(lp.choices for lp in plan.layers if lp.layer.shape == shape)
+        seen = []
+        for lv in LEVELS:
+            info = cm.explain_layer(shape, H100, 1, lv, "snn", top=1, chosen=choices[lv].config)
+            best = info["top"][0]["predicted_us"]
+            assert info["chosen"]["predicted_us"] == pytest.approx(choices[lv].predicted_us)
+            assert choices[lv].predicted_us <= best * (1 + cm.REUSE_TOLERANCE) + 1e-9
+            if not info["top"][0]["chosen"]:
+                assert choices[lv].config in seen  # only an earlier level's config is ever kept
+                reused += 1
+            seen.append(choices[lv].config)
+    assert reused > 0  # the rule does something on a real network
