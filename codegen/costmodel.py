@@ -67,7 +67,8 @@ K_OUT_ALU = 2              # per accumulator written back
 SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
 WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
 ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
-LAUNCH_US = 4.0            # memset + kernel launch, independent of the config
+LAUNCH_US = 1.5            # per kernel of the sparse path (memset, COO* conversion, convolution)
+SPARSE_PATH_KERNELS = 3
 
 
 @dataclass(frozen=True)
@@ -287,7 +288,9 @@ def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
     lim = block_limits(gpu, tab["threads"], tab["regs"], tab["smem"])
     bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
     warps = -(-tab["threads"] // gpu.warp_size)
-    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block_optin)
+    # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
+    # so kernels may use static shared memory and the runtime needs no opt-in call.
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block)
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
@@ -297,7 +300,7 @@ def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
     feasible, occ = o["feasible"], o["occ"]
     if not feasible.any():
         raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
-                        f"(shared memory per block {gpu.smem_per_block_optin} B)")
+                        f"(shared memory per block {gpu.smem_per_block} B)")
     keep = feasible & (occ >= OCCUPANCY_MIN - 1e-9)
     relaxed = not keep.any()
     if relaxed:  # nothing reaches 50 %: keep the best occupancy there is, and say so in --explain
@@ -390,7 +393,11 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     k_tail = np.ceil(tail / gpu.sms)
     t_full = np.maximum(issue(bps), blk_wave * m_blk)
     t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
-    return {"predicted_us": (full * t_full + t_tail) * 1e6 + LAUNCH_US,
+    # the dense -> COO* conversion before the kernel: read the dense input, write the nonzeros
+    convert = (batch * shape.C * shape.H * shape.W * (4 + density * BYTES_PER_NNZ)) / (gpu.dram_bandwidth_gbs * 1e9)
+    kernel_us = (full * t_full + t_tail) * 1e6
+    return {"predicted_us": kernel_us + convert * 1e6 + SPARSE_PATH_KERNELS * LAUNCH_US,
+            "kernel_us": kernel_us, "convert_us": np.full_like(kernel_us, convert * 1e6),
             "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
             "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
             "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],

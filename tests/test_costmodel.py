@@ -202,8 +202,11 @@ def test_stage3_snn_waves_tail_and_terms():
     # atomics: 2 * 56*56*128 outputs * 4 channel tiles, 8 B each through L2
     assert e["n_atomics"] == 2 * 56 * 56 * 128 * 4
     assert e["atomic_us"] == pytest.approx(e["n_atomics"] * 8 / (H100.l2_bandwidth_gbs * 1e9) * 1e6)
-    # time is at least each of its parts and the launch overhead
-    assert e["predicted_us"] >= max(e["compute_us"], e["memory_us"]) + cm.LAUNCH_US - 1e-9
+    # the sparse path: conversion (read 2*64*56*56 dense floats, write half of them as 8-byte nonzeros
+    # at DRAM speed), the kernel (at least each of its parts) and three launches
+    assert e["convert_us"] == pytest.approx(2 * 64 * 56 * 56 * (4 + 0.5 * 8) / (H100.dram_bandwidth_gbs * 1e9) * 1e6)
+    assert e["kernel_us"] >= max(e["compute_us"], e["memory_us"]) - 1e-9
+    assert e["predicted_us"] == pytest.approx(e["kernel_us"] + e["convert_us"] + 3 * cm.LAUNCH_US)
     # more bandwidth or more clock never makes it slower
     import dataclasses
     faster = dataclasses.replace(H100, dram_bandwidth_gbs=2 * H100.dram_bandwidth_gbs, l2_bandwidth_gbs=2 * H100.l2_bandwidth_gbs)
