@@ -18,7 +18,8 @@ Two models share stages 1-2 and differ in what they count:
            so partial edge tiles pay for their idle part), the per-nonzero decode work and the
            shared-memory loads on their own pipe; memory counts DRAM and L2 traffic (halo
            re-reads, weights per block, atomics as read-modify-writes in L2); the last partial
-           wave is timed on its own (tail effect); plus a fixed launch overhead.
+           wave is timed on its own (tail effect); plus the dense -> COO* conversion and the
+           launches of the sparse path.
 
 docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
 (fraction of zeros) s; the paper's rho is the density 1 - s.
@@ -80,7 +81,7 @@ class Choice:
 @dataclass(frozen=True)
 class LayerPlan:
     layer: ConvLayer
-    choices: dict  # level (float, 2 decimals) -> Choice
+    choices: dict = field(hash=False)  # level (float, 2 decimals) -> Choice; shared by layers of one shape
 
     def to_dict(self, batch: int) -> dict[str, Any]:
         return {"index": self.layer.index, "name": self.layer.name, "shape": shape_dict(self.layer.shape),
