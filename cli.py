@@ -81,27 +81,18 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
     plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None)
-    explained = []
-    if explain:
-        shapes: dict = {}
-        for lp in plan.layers:
-            shapes.setdefault(lp.layer.shape, (lp.choices, []))[1].append(lp.layer.name)
-        for shape, (choices, names) in shapes.items():
-            explained.append((names, [costmodel.explain_layer(shape, gpu, batch, lv, model, top, choices[lv].config)
-                                      for lv in plan.levels]))
+    explained = costmodel.explain_plan(plan, top) if explain else []
     if as_json:
         out = plan.to_dict()
         out["gpu_description"] = gpu.to_dict()
         if explain:
-            out["explain"] = [{"layers": names, "levels": {f"{e['level']:.2f}": e for e in infos}}
-                              for names, infos in explained]
+            out["explain"] = explained
         click.echo(json.dumps(out, indent=1))
         return
-    if explain:
-        for names, infos in explained:
-            for info in infos:
-                click.echo(costmodel.format_explain(info, names))
-            click.echo()
+    for entry in explained:
+        for info in entry["levels"].values():
+            click.echo(costmodel.format_explain(info, entry["layers"]))
+        click.echo()
     click.echo(costmodel.format_plan(plan))
 
 

@@ -565,6 +565,18 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
             "chosen": next(c for c in cands if c["chosen"]), "top": cands}
 
 
+def explain_plan(plan: Plan, top: int = 5) -> list[dict[str, Any]]:
+    """explain_layer for every distinct shape of `plan` at each of its levels, marking the plan's
+    picks: [{"layers": [names], "levels": {"0.40": explain dict, ...}}, ...]."""
+    shapes: dict[ConvShape, tuple[dict, list[str]]] = {}
+    for lp in plan.layers:
+        shapes.setdefault(lp.layer.shape, (lp.choices, []))[1].append(lp.layer.name)
+    return [{"layers": names,
+             "levels": {f"{lv:.2f}": explain_layer(shape, plan.gpu, plan.batch, lv, plan.model, top, choices[lv].config)
+                        for lv in plan.levels}}
+            for shape, (choices, names) in shapes.items()]
+
+
 # =================================================================================================
 # Text output for `snn-codegen plan`
 
