@@ -96,3 +96,26 @@ def test_auto_fills_a_new_gpu_from_its_compute_capability():
 def test_auto_unknown_capability_is_a_user_error():
     with pytest.raises(UserError, match="compute capability 6.1"):
         gpu_from_attributes(h100_sxm_attributes(cc_major=6, cc_minor=1, device_name="GTX 1080"))
+
+
+def test_query_device_plumbing_with_a_fake_driver(monkeypatch):
+    """query_device through cuda-python's real enum names, with the driver calls faked as an H100."""
+    drv = pytest.importorskip("cuda.bindings.driver")
+    from codegen import gpu as gpu_mod
+    want = h100_sxm_attributes()
+    by_enum = {getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"): want[key]
+               for key, name in gpu_mod._ATTRIBUTES.items()}
+    ok = drv.CUresult.CUDA_SUCCESS
+    monkeypatch.setattr(drv, "cuInit", lambda flags: (ok,))
+    monkeypatch.setattr(drv, "cuDeviceGetCount", lambda: (ok, 1))
+    monkeypatch.setattr(drv, "cuDeviceGet", lambda i: (ok, i))
+    monkeypatch.setattr(drv, "cuDeviceGetName", lambda n, dev: (ok, b"NVIDIA H100 80GB HBM3\0\0"))
+    monkeypatch.setattr(drv, "cuDeviceGetAttribute", lambda attr, dev: (ok, by_enum[attr]))
+    g = load_gpu("auto")
+    assert g.name == "h100" and g.sms == 132 and g.smem_per_block_optin == 232448 and g.arch == "sm_90"
+    monkeypatch.setattr(drv, "cuDeviceGetCount", lambda: (ok, 0))
+    with pytest.raises(UserError, match="the driver sees no GPU"):
+        load_gpu("auto")
+    monkeypatch.setattr(drv, "cuInit", lambda flags: (drv.CUresult.CUDA_ERROR_NO_DEVICE,))
+    with pytest.raises(UserError, match="--gpu auto: no usable CUDA device"):
+        load_gpu("auto")
