@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from codegen.errors import UserError
 from codegen.spec import SpecError, load_spec
 
 
@@ -20,7 +21,7 @@ def user_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except SpecError as e:
+        except (SpecError, UserError) as e:
             raise click.ClickException(str(e)) from None
     return wrapper
 
@@ -50,6 +51,49 @@ def inspect_cmd(spec, as_json):
     click.echo(format_table(info["layers"]))
     click.echo(f"\n{net.name}: {info['convs']} convolutions, {info['distinct_conv_shapes']} distinct conv shapes, "
                f"{info['macs'] / 1e9:.2f} GMACs, {info['params'] / 1e6:.2f} M parameters")
+
+
+@codegen_main.command("plan")
+@SPEC
+@click.option("--gpu", "gpu_name", required=True, metavar="NAME",
+              help="Target GPU: a name from codegen/gpus (v100, rtx2080ti, a100, h100, h200), a path to a YAML "
+                   "file with the same fields, or 'auto' to ask the installed GPU through cuda-python.")
+@click.option("--batch", type=click.IntRange(min=1), default=1, help="Images per batch (B).")
+@click.option("--levels", default="0.4:0.9:0.05",
+              help="Sparsity levels to plan for: start:stop:step (stop included) or a comma list like 0.5,0.7.")
+@click.option("--layer", "layers", multiple=True, metavar="NAME",
+              help="Plan only this conv layer (node name as in `snn-codegen inspect`); repeat for several.")
+@click.option("--model", type=click.Choice(["snn", "paper"]), default="snn",
+              help="Cost model for stage 3: 'snn' (waves costing max(compute, memory), atomics, tail wave, "
+                   "edge tiles) or 'paper' (Eqs. 3-9 of the cuSNN paper, known slips fixed).")
+@click.option("--explain", is_flag=True,
+              help="Show, per distinct shape and level, how many configs survived each stage and the best "
+                   "candidates with their numbers (use with --layer to keep it short).")
+@click.option("--top", type=click.IntRange(min=1), default=5, help="Candidates shown per level with --explain.")
+@click.option("--json", "as_json", is_flag=True, help="Print the full plan (and the --explain data) as JSON.")
+@user_errors
+def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json):
+    """Choose a kernel configuration for every conv layer of SPEC at every sparsity level, with the
+    three-stage cost model: occupancy >= 50 %, least data movement (top third), least predicted
+    time by waves. Identical layer shapes are planned once. See docs/costmodel.md."""
+    from codegen import costmodel
+    from codegen.gpu import load_gpu
+    net = load_spec(spec)
+    gpu = load_gpu(gpu_name)
+    plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None)
+    explained = costmodel.explain_plan(plan, top) if explain else []
+    if as_json:
+        out = plan.to_dict()
+        out["gpu_description"] = gpu.to_dict()
+        if explain:
+            out["explain"] = explained
+        click.echo(json.dumps(out, indent=1))
+        return
+    for entry in explained:
+        for info in entry["levels"].values():
+            click.echo(costmodel.format_explain(info, entry["layers"]))
+        click.echo()
+    click.echo(costmodel.format_plan(plan))
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})

@@ -1,0 +1,637 @@
+"""Tile-size selection: the configuration space and the three-stage cost model (paper Sec. 3.5).
+
+For one conv shape, GPU, batch and sparsity level:
+
+  enumerate   config_space(shape): register tile th x tw, channel tile tc, threads, nt (a short
+              function, not a list); drop what cannot launch (registers, shared memory per block)
+  stage 1     keep occupancy >= 50 % (occupancy.py, the CUDA occupancy calculator's rules)
+  stage 2     keep the third with the least data movement (Table 2, in bytes, times the batch)
+  stage 3     predict the time (waves, Eqs. 3-9) and take the minimum
+
+Two models share stages 1-2 and differ in what they count:
+
+  "paper"  Table 2 and Eqs. 3-9 as printed, with the known slips fixed (Eq. 4 the right way up,
+           R*S in Eq. 6, Table 2 / Eq. 3 times the batch) and N in Eq. 6 read as the block's own
+           output channels (our blocks split N; the paper's do not).
+  "snn"    (default) the same waves, but each wave costs max(compute, memory): compute counts the
+           real multiply-adds (rho*R*S per output and input channel, over the whole register tile,
+           so partial edge tiles pay for their idle part), the per-nonzero decode work and the
+           shared-memory loads on their own pipe; memory counts DRAM and L2 traffic (halo
+           re-reads, weights per block, atomics as read-modify-writes in L2); the last partial
+           wave is timed on its own (tail effect); plus the dense -> COO* conversion and the
+           launches of the sparse path.
+
+docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
+(fraction of zeros) s; the paper's rho is the density 1 - s.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .config import KernelConfig
+from .errors import UserError
+from .gpu import GPU
+from .occupancy import block_limits
+from .spec import ConvLayer, ConvShape, Network
+
+MODELS = ("snn", "paper")
+DEFAULT_LEVELS = "0.4:0.9:0.05"
+
+# ---- configuration space ----------------------------------------------------------------------
+TILE_MAX = 16              # output rows / cols per block
+EDGE_WASTE_MAX = 0.15      # a tile size may pad P (or Q) by at most 15 %
+ACC_MAX = 64               # th*tw*nt fp32 accumulators per thread: keeps ptxas far from spilling
+THREADS = tuple(range(32, 257, 32))
+NT = (1, 2, 4)
+TC_MAX = 512
+N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
+
+# ---- resource estimate (to be corrected against ptxas once kernels are built) ------------------
+REG_BASE = 32              # addressing, loop counters, the nonzero being processed
+BYTES_PER_NNZ = 8          # a stored input: fp32 value + packed (h, w) position
+WEIGHT_SMEM_PER_THREAD = 32      # the double-buffered weight chunk aims at <= this many bytes per thread:
+                                 # at 50 % occupancy a thread has only 96 (V100) to 228 (H100) bytes of smem
+
+# ---- stage thresholds ---------------------------------------------------------------------------
+OCCUPANCY_MIN = 0.5
+STAGE2_KEEP = 1 / 3
+REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
+
+# ---- "snn" model constants (calibration knobs; see docs/costmodel.md) ---------------------------
+K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
+K_OUT_ALU = 2              # per accumulator written back
+SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
+WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
+ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
+LAUNCH_US = 1.5            # per kernel of the sparse path (memset, COO* conversion, convolution)
+SPARSE_PATH_KERNELS = 3
+
+
+@dataclass(frozen=True)
+class Choice:
+    config: KernelConfig
+    predicted_us: float
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    layer: ConvLayer
+    choices: dict = field(hash=False)  # level (float, 2 decimals) -> Choice; shared by layers of one shape
+
+    def to_dict(self, batch: int) -> dict[str, Any]:
+        return {"index": self.layer.index, "name": self.layer.name, "shape": shape_dict(self.layer.shape),
+                "levels": {f"{lv:.2f}": {"config": ch.config.to_dict(), "tag": ch.config.tag(),
+                                         "kernel": ch.config.name(self.layer.shape, batch),
+                                         "predicted_us": round(ch.predicted_us, 4)}
+                           for lv, ch in self.choices.items()}}
+
+
+@dataclass(frozen=True)
+class Plan:
+    network: str
+    gpu: GPU
+    batch: int
+    levels: tuple
+    model: str
+    layers: tuple  # of LayerPlan, in network order
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"network": self.network, "gpu": self.gpu.name, "arch": self.gpu.arch, "batch": self.batch,
+                "model": self.model, "levels": list(self.levels),
+                "distinct_shapes": len({lp.layer.shape for lp in self.layers}),
+                "total_predicted_us": {f"{lv:.2f}": round(sum(lp.choices[lv].predicted_us for lp in self.layers), 3)
+                                       for lv in self.levels},
+                "layers": [lp.to_dict(self.batch) for lp in self.layers]}
+
+
+def shape_dict(s: ConvShape) -> dict[str, Any]:
+    return {"C": s.C, "N": s.N, "H": s.H, "W": s.W, "R": s.R, "S": s.S, "stride": list(s.stride),
+            "padding": list(s.padding), "P": s.P, "Q": s.Q, "tag": s.tag()}
+
+
+# =================================================================================================
+# Levels
+
+def parse_levels(text: str | Sequence[float]) -> tuple[float, ...]:
+    """'0.4:0.9:0.05' (start:stop:step, stop included), '0.5,0.7' or '0.6' -> sparsity levels as
+    floats rounded to 2 decimals, each in [0, 1)."""
+    if not isinstance(text, str):
+        levels = [round(float(x), 2) for x in text]
+    else:
+        src = text.strip()
+        try:
+            if ":" in src:
+                parts = [float(p) for p in src.split(":")]
+                if len(parts) != 3:
+                    raise ValueError
+                start, stop, step = parts
+                if step <= 0 or stop < start:
+                    raise UserError(f"--levels '{text}': need start <= stop and step > 0 (start:stop:step)")
+                n = int(math.floor((stop - start) / step + 1e-9)) + 1
+                levels = [round(start + i * step, 2) for i in range(n)]
+            else:
+                levels = [round(float(p), 2) for p in src.split(",")]
+        except ValueError:
+            raise UserError(f"--levels '{text}': expected start:stop:step like 0.4:0.9:0.05, or a list like 0.5,0.7") from None
+    if not levels:
+        raise UserError(f"--levels '{text}': no levels")
+    for lv in levels:
+        if not 0.0 <= lv < 1.0:
+            raise UserError(f"--levels '{text}': sparsity level {lv} is outside [0, 1)")
+    return tuple(sorted(set(levels)))
+
+
+# =================================================================================================
+# Configuration space and resource estimate
+
+def tile_candidates(n_out: int) -> list[int]:
+    """Tile sizes along one output axis that pad it by at most EDGE_WASTE_MAX."""
+    return [t for t in range(1, min(n_out, TILE_MAX) + 1) if -(-n_out // t) * t <= (1 + EDGE_WASTE_MAX) * n_out]
+
+
+def tc_candidates(C: int) -> list[int]:
+    """Input channels per block: powers of two from 4 (a channel tile of any size costs nothing extra
+    at the edge: blocks loop over the nonzeros they hold), plus all of C when it is small."""
+    out = {2 ** k for k in range(2, 10) if 2 ** k < C and 2 ** k <= TC_MAX}
+    if C <= TC_MAX:
+        out.add(C)
+    return sorted(out)
+
+
+def channel_candidates(N: int) -> list[tuple[int, int]]:
+    """(threads, nt) pairs: threads a multiple of 32 in [32, 256], threads*nt padding N by <= 12.5 %."""
+    return [(t, nt) for t in THREADS for nt in NT if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
+
+
+@lru_cache(maxsize=4096)
+def _space(shape: ConvShape) -> dict[str, np.ndarray]:
+    """Every config of config_space(shape), as parallel int64 arrays th, tw, tc, threads, nt."""
+    ths, tws, tcs = tile_candidates(shape.P), tile_candidates(shape.Q), tc_candidates(shape.C)
+    chans = channel_candidates(shape.N)
+    if not chans:  # N so small that even 32 threads pad it by more than 12.5 %
+        chans = [(32, 1)]
+    th, tw, tc, ch = np.meshgrid(ths, tws, tcs, np.arange(len(chans)), indexing="ij")
+    th, tw, tc, ch = (a.ravel().astype(np.int64) for a in (th, tw, tc, ch))
+    threads = np.array([c[0] for c in chans], dtype=np.int64)[ch]
+    nt = np.array([c[1] for c in chans], dtype=np.int64)[ch]
+    keep = th * tw * nt <= ACC_MAX
+    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep]}
+
+
+def config_space(shape: ConvShape) -> list[KernelConfig]:
+    """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
+    sp = _space(shape)
+    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
+
+
+def _weight_chunk(R, S, tc, threads, nt):
+    chunk = np.ones_like(np.asarray(tc))
+    for p in (2, 4, 8, 16, 32, 64, 128, 256, 512):
+        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * threads * nt * 4 <= WEIGHT_SMEM_PER_THREAD * threads)
+        chunk = np.where(ok, p, chunk)
+    return chunk
+
+
+def weight_chunk(shape: ConvShape, config: KernelConfig) -> int:
+    """Input channels of weights per shared-memory stage: the largest power of two dividing tc whose
+    double buffer (2 * chunk * R*S * threads*nt floats) takes at most WEIGHT_SMEM_PER_THREAD bytes
+    per thread; at least 1 (so 1 for every 3x3 and 7x7 conv, 4/nt for 1x1)."""
+    return int(_weight_chunk(shape.R, shape.S, config.tc, config.threads, config.nt))
+
+
+def _resources(shape: ConvShape, th, tw, tc, threads, nt):
+    cpb = threads * nt
+    th_in = (th - 1) * shape.stride[0] + shape.R
+    tw_in = (tw - 1) * shape.stride[1] + shape.S
+    regs = th * tw * nt + nt + REG_BASE
+    smem = (th_in * tw_in * tc * BYTES_PER_NNZ          # input tile, worst case dense, halo included
+            + tc * 4                                     # nonzero count per channel
+            + 2 * _weight_chunk(shape.R, shape.S, tc, threads, nt) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
+    return regs, smem
+
+
+def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
+    """(registers per thread, shared-memory bytes per block) the kernel for `config` should need:
+    regs = th*tw*nt accumulators + nt + REG_BASE; smem = the dense worst case of the input tile
+    (th_in*tw_in*tc values and positions) + per-channel counts + the double-buffered weight chunk."""
+    regs, smem = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    return int(regs), int(smem)
+
+
+# =================================================================================================
+# Geometry: what a block really touches, edges included
+
+def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple[int, int, int, int]:
+    """Along one axis, for tile size t: (tiles, real input rows summed over tiles (halo included,
+    padding excluded), (output, tap) pairs hitting a real input summed over all tile rows including
+    the padded ones past n_out, the same pairs for rows < n_out only)."""
+    tiles = -(-n_out // t)
+    t_in = (t - 1) * stride + k
+    starts = np.arange(tiles) * t * stride - pad
+    real_in = int((np.clip(starts + t_in, 0, n_in) - np.clip(starts, 0, n_in)).sum())
+    rows = np.arange(tiles * t)[:, None] * stride - pad + np.arange(k)[None, :]
+    hit = (rows >= 0) & (rows < n_in)
+    return tiles, real_in, int(hit.sum()), int(hit[:n_out].sum())
+
+
+def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+    """Per config (parallel arrays): block counts, per-block averages and the resource estimate;
+    nothing here depends on the GPU, the batch or the level."""
+    th, tw, tc, threads, nt = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (th, tw, tc, threads, nt))
+    rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(th).tolist()}
+    cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(tw).tolist()}
+    r = np.array([rows[t] for t in th.tolist()], dtype=np.float64).reshape(-1, 4)
+    c = np.array([cols[t] for t in tw.tolist()], dtype=np.float64).reshape(-1, 4)
+    cpb = threads * nt
+    tiles_c = -(-shape.C // tc)
+    tiles_n = -(-shape.N // cpb)
+    tiles_sp = r[:, 0] * c[:, 0]
+    regs, smem = _resources(shape, th, tw, tc, threads, nt)
+    return {
+        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
+        "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
+        "blocks_per_image": tiles_sp * tiles_c * tiles_n,
+        "tc_avg": shape.C / tiles_c,
+        # stored inputs per block and input channel at density 1: halo included, padding not stored
+        "in_sp": r[:, 1] * c[:, 1] / tiles_sp,
+        # (output, tap) pairs per block and input channel at density 1, over the whole register tile
+        "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
+        # share of those pairs that land on outputs past P or Q (partial edge tiles)
+        "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
+        "regs": regs, "smem": smem,
+    }
+
+
+@lru_cache(maxsize=4096)
+def _space_table(shape: ConvShape) -> dict[str, np.ndarray]:
+    sp = _space(shape)
+    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])
+
+
+def _config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
+    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt)
+
+
+def _configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
+    return [KernelConfig(int(tab["th"][i]), int(tab["tw"][i]), int(tab["tc"][i]), int(tab["threads"][i]), int(tab["nt"][i]))
+            for i in idx]
+
+
+# =================================================================================================
+# Stage 0 + 1: what launches, and occupancy
+
+def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
+    lim = block_limits(gpu, tab["threads"], tab["regs"], tab["smem"])
+    bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
+    warps = -(-tab["threads"] // gpu.warp_size)
+    # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
+    # so kernels may use static shared memory and the runtime needs no opt-in call.
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block)
+    return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
+
+
+@lru_cache(maxsize=4096)
+def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
+    o = _occupancy(_space_table(shape), gpu)
+    feasible, occ = o["feasible"], o["occ"]
+    if not feasible.any():
+        raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
+                        f"(shared memory per block {gpu.smem_per_block} B)")
+    keep = feasible & (occ >= OCCUPANCY_MIN - 1e-9)
+    relaxed = not keep.any()
+    if relaxed:  # nothing reaches 50 %: keep the best occupancy there is, and say so in --explain
+        keep = feasible & (occ >= occ[feasible].max() - 1e-9)
+    return {**o, "idx": np.flatnonzero(keep), "relaxed": relaxed}
+
+
+# =================================================================================================
+# Stage 2: data movement (bytes, whole batch)
+
+def _data_movement(shape: ConvShape, tab: dict, batch: int, density: float, model: str, idx) -> np.ndarray:
+    if model == "paper":  # Table 2 as printed (elements), in fp32 bytes, times the batch
+        inp = shape.H * shape.W * shape.C * density
+        wts = tab["tiles_h"][idx] * tab["tiles_w"][idx] * shape.R * shape.S * shape.C * shape.N
+        out = shape.P * shape.Q * shape.N * tab["tiles_c"][idx]
+        return 4.0 * batch * (inp + wts + out)
+    return _traffic(shape, tab, batch, density, idx)["l2_bytes"]
+
+
+def _traffic(shape: ConvShape, tab: dict, batch: int, density: float, idx) -> dict[str, np.ndarray]:
+    """Bytes the whole batch moves from L2 into the SMs, and the DRAM terms that do not depend on the GPU."""
+    tiles_sp = tab["tiles_h"][idx] * tab["tiles_w"][idx]
+    n_atomics = float(batch * shape.P * shape.Q * shape.N) * tab["tiles_c"][idx]
+    in_l2 = batch * tiles_sp * (tab["in_sp"][idx] * shape.C * density * BYTES_PER_NNZ + shape.C * 4)
+    w_bytes = float(shape.C * shape.R * shape.S * shape.N * 4)
+    w_l2 = batch * tiles_sp * w_bytes
+    atom_l2 = n_atomics * ATOMIC_L2_BYTES
+    one = np.ones_like(w_l2)
+    return {"l2_bytes": in_l2 + w_l2 + atom_l2, "in_l2": in_l2, "w_l2": w_l2, "atomic_l2": atom_l2,
+            "n_atomics": n_atomics,
+            # the COO* input comes from DRAM once: halo re-reads hit L2
+            "in_dram": one * batch * shape.C * shape.H * shape.W * density * BYTES_PER_NNZ,
+            "w_bytes": one * w_bytes, "out_bytes": one * float(batch * shape.P * shape.Q * shape.N * 4)}
+
+
+def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
+    """(stage-2 survivors, stage-1 survivors, data movement of each stage-1 survivor); indices into
+    the space table."""
+    s1 = _stage1(shape, gpu)
+    idx1 = s1["idx"]
+    dm = _data_movement(shape, _space_table(shape), batch, density, model, idx1)
+    keep = max(1, math.ceil(len(idx1) * STAGE2_KEEP))
+    order = np.lexsort((idx1, -s1["occ"][idx1], dm))  # least data movement; ties: higher occupancy, then space order
+    return idx1[order[:keep]], idx1, dm
+
+
+# =================================================================================================
+# Stage 3: time by waves
+
+def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx) -> dict[str, np.ndarray]:
+    th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
+    tc_avg = tab["tc_avg"][idx]
+    bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
+    num_blk = batch * tab["blocks_per_image"][idx]                  # Eq. 3, times B, with N tiles
+    blk_wave = np.round(gpu.max_threads * oc / threads)             # Eq. 5 (= SMs x blocks per SM)
+    waves = np.ceil(num_blk / blk_wave)                             # Eq. 4, the right way up
+    if model == "paper":
+        flops_blk = 2.0 * th * tw * tab["tc"][idx] * shape.R * shape.S * cpb * density  # Eq. 6 with R*S
+        flops_wave = blk_wave * flops_blk                                               # Eq. 7
+        time_wave = flops_wave / (gpu.peak_fp32_flops * oc)                             # Eq. 8
+        return {"predicted_us": time_wave * waves * 1e6,                                # Eq. 9
+                "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
+                "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
+
+    # "snn": per-block work on two pipes, per-block share of memory time, tail wave on its own.
+    nnz = tab["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
+    fma = cpb * tab["pairs_sp"][idx] * tc_avg * density         # real multiply-adds, whole register tile
+    alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
+    lsu = (fma                                                  # a weight read from shared memory per FMA
+           + threads * nnz                                      # every thread reads every nonzero (broadcast)
+           + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
+           + tc_avg * shape.R * shape.S * cpb                   # staging the weights
+           + cpb * th * tw)                                     # the atomics
+    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
+
+    tr = _traffic(shape, tab, batch, density, idx)
+    half_l2 = gpu.l2_bytes / 2
+    w_dram = np.where(tr["w_bytes"] <= half_l2, tr["w_bytes"], tr["w_l2"])
+    # output zeroed, then written back once if it stays in L2; else every channel tile misses again
+    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * tab["tiles_c"][idx]) * tr["out_bytes"])
+    dram = tr["in_dram"] + w_dram + out_dram
+    t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
+    m_blk = t_mem / num_blk
+
+    def issue(blocks_on_sm):  # seconds for an SM to run that many blocks side by side
+        return blocks_on_sm * c_blk / np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
+
+    full = np.floor(num_blk / blk_wave)
+    tail = num_blk - full * blk_wave
+    k_tail = np.ceil(tail / gpu.sms)
+    t_full = np.maximum(issue(bps), blk_wave * m_blk)
+    t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
+    # the dense -> COO* conversion before the kernel: read the dense input, write the nonzeros
+    convert = (batch * shape.C * shape.H * shape.W * (4 + density * BYTES_PER_NNZ)) / (gpu.dram_bandwidth_gbs * 1e9)
+    kernel_us = (full * t_full + t_tail) * 1e6
+    return {"predicted_us": kernel_us + convert * 1e6 + SPARSE_PATH_KERNELS * LAUNCH_US,
+            "kernel_us": kernel_us, "convert_us": np.full_like(kernel_us, convert * 1e6),
+            "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
+            "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
+            "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
+            "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
+            "fmas": fma * num_blk, "edge_waste": tab["edge_waste"][idx]}
+
+
+# =================================================================================================
+# Planning
+
+def _check(model: str, batch: int) -> None:
+    if model not in MODELS:
+        raise UserError(f"unknown cost model '{model}': choose one of {', '.join(MODELS)}")
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise UserError(f"batch must be a positive integer, got {batch!r}")
+
+
+def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> dict[str, Any]:
+    """All three stages for one shape and level; indices into the space table."""
+    _check(model, batch)
+    density = 1.0 - level
+    s1 = _stage1(shape, gpu)
+    idx2, idx1, dm1 = _stage2(shape, gpu, batch, density, model)
+    s3 = _time(shape, gpu, _space_table(shape), s1, batch, density, model, idx2)
+    order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))  # least time; ties: occupancy, space order
+    return {"idx1": idx1, "dm1": dm1, "idx2": idx2, "s3": s3, "order": order, "density": density}
+
+
+def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
+    """The chosen config and predicted time of one conv shape at each level (ascending).
+
+    The choice is stage 3's fastest config, except that a config already chosen for a lower level
+    is kept when it survived stages 1-2 here too, is within REUSE_TOLERANCE of the fastest, and is
+    still faster than the previous level's choice: the model is not precise to a few per cent, and
+    every distinct config is one more kernel to compile."""
+    tab = _space_table(shape)
+    out: dict[float, Choice] = {}
+    chosen: list[int] = []          # space indices already picked, in order
+    prev = math.inf
+    for level in sorted(round(float(lv), 2) for lv in levels):
+        r = _run(shape, gpu, batch, level, model)
+        t = r["s3"]["predicted_us"]
+        pick = int(r["order"][0])
+        hits = [np.flatnonzero(r["idx2"] == i) for i in chosen]
+        reuse = [(float(t[h[0]]), int(h[0])) for h in hits if len(h)]
+        if reuse:
+            t_re, j_re = min(reuse)
+            if t_re <= t[pick] * (1 + REUSE_TOLERANCE) and t_re < prev:
+                pick = j_re
+        i = int(r["idx2"][pick])
+        if i not in chosen:
+            chosen.append(i)
+        prev = float(t[pick])
+        out[level] = Choice(_configs(tab, [i])[0], prev)
+    return out
+
+
+def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | str = DEFAULT_LEVELS,
+                 model: str = "snn", layers: Iterable[str] | None = None) -> Plan:
+    """Plan every conv layer of `net` (or only those named in `layers`); identical shapes are
+    planned once and share one choices dict."""
+    _check(model, batch)
+    lv = parse_levels(levels)
+    convs = list(net.convs)
+    if layers is not None:
+        wanted = list(layers)
+        by_name = {c.name: c for c in convs}
+        missing = [n for n in wanted if n not in by_name]
+        if missing:
+            some = ", ".join(c.name for c in convs[:4])
+            raise UserError(f"{net.path}: no conv layer named '{missing[0]}' (conv layers are e.g. {some}, ...; "
+                            f"see snn-codegen inspect)")
+        convs = [by_name[n] for n in dict.fromkeys(wanted)]
+    cache: dict[ConvShape, dict[float, Choice]] = {}
+    planned = []
+    for c in convs:
+        if c.shape not in cache:
+            cache[c.shape] = plan_shape(c.shape, gpu, batch, lv, model)
+        planned.append(LayerPlan(c, cache[c.shape]))
+    return Plan(net.name, gpu, batch, lv, model, tuple(planned))
+
+
+def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn") -> dict[str, list[KernelConfig]]:
+    """The configs surviving each stage: 'enumerated', 'launchable', 'stage1', 'stage2' (least data
+    movement first) and 'stage3' (all of stage 2, least predicted time first: [0] is the choice)."""
+    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    r = _run(shape, gpu, batch, level, model)
+    dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
+    return {"enumerated": _configs(tab, range(len(tab["th"]))),
+            "launchable": _configs(tab, np.flatnonzero(s1["feasible"])),
+            "stage1": _configs(tab, r["idx1"]),
+            "stage2": _configs(tab, r["idx1"][dm_order[:len(r["idx2"])]]),
+            "stage3": _configs(tab, r["idx2"][r["order"]])}
+
+
+def data_movement(shape: ConvShape, config: KernelConfig, batch: int, level: float, model: str = "snn") -> float:
+    """Stage 2's measure for one config: bytes moved by the whole batch ('paper': Table 2 in fp32
+    bytes; 'snn': bytes from L2 into the SMs: halo'd COO* input, weights per block, atomics)."""
+    _check(model, batch)
+    return float(_data_movement(shape, _config_table(shape, config), batch, 1.0 - level, model, [0])[0])
+
+
+def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config: KernelConfig,
+                    model: str = "snn") -> dict[str, Any]:
+    """Every number the model has for one config (whether or not it would survive stages 1-2):
+    resources, occupancy, data movement and the stage-3 terms, predicted_us among them."""
+    _check(model, batch)
+    tab = _config_table(shape, config)
+    occ = _occupancy(tab, gpu)
+    row = {"config": config.to_dict(), "tag": config.tag(), "registers": int(tab["regs"][0]),
+           "smem": int(tab["smem"][0]), "blocks_per_sm": int(occ["bps"][0]), "occupancy": float(occ["occ"][0]),
+           "launchable": bool(occ["feasible"][0]),
+           "data_movement_bytes": float(_data_movement(shape, tab, batch, 1.0 - level, model, [0])[0])}
+    if row["launchable"]:
+        row.update({k: float(v[0]) for k, v in _time(shape, gpu, tab, occ, batch, 1.0 - level, model, [0]).items()})
+    return row
+
+
+def clear_caches() -> None:
+    """Forget cached spaces and stage-1 results (for timing the cold path)."""
+    for f in (_space, _space_table, _stage1):
+        f.cache_clear()
+
+
+# =================================================================================================
+# --explain
+
+def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn", top: int = 5,
+                  chosen: KernelConfig | None = None) -> dict[str, Any]:
+    """How the three stages went for one shape and level: counts surviving each stage and the
+    best `top` candidates of stage 3 with their numbers and rank. `chosen` is the plan's pick
+    (plan_shape may keep a lower level's config within REUSE_TOLERANCE); it defaults to rank 1 and
+    is listed even when it is not among the top."""
+    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    r = _run(shape, gpu, batch, level, model)
+    dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
+    rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
+    ranks = list(range(min(top, len(r["order"]))))
+    if chosen is not None:
+        match = [i for i in rank_of if _configs(tab, [i])[0] == chosen]
+        if not match:
+            raise ValueError(f"{chosen.tag()} did not survive stages 1-2 for {shape.tag()} at {level}")
+        if rank_of[match[0]] not in ranks:
+            ranks.append(rank_of[match[0]])
+        chosen_rank = rank_of[match[0]]
+    else:
+        chosen_rank = 0
+    cands = []
+    for k in ranks:
+        j = r["order"][k]
+        i = int(r["idx2"][j])
+        cfg = _configs(tab, [i])[0]
+        row = {"rank": k + 1, "config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(tab["regs"][i]),
+               "smem": int(tab["smem"][i]), "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
+               "data_movement_bytes": float(dm_of[i]), "chosen": k == chosen_rank}
+        row.update({k2: float(v[j]) for k2, v in r["s3"].items()})
+        cands.append(row)
+    return {"shape": shape_dict(shape), "gpu": gpu.name, "batch": batch, "level": round(float(level), 2),
+            "density": round(r["density"], 4), "model": model,
+            "counts": {"enumerated": int(len(tab["th"])), "launchable": int(s1["feasible"].sum()),
+                       "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(len(r["idx2"])),
+                       "stage3_timed": int(len(r["idx2"]))},
+            "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": OCCUPANCY_MIN,
+            "chosen": next(c for c in cands if c["chosen"]), "top": cands}
+
+
+def explain_plan(plan: Plan, top: int = 5) -> list[dict[str, Any]]:
+    """explain_layer for every distinct shape of `plan` at each of its levels, marking the plan's
+    picks: [{"layers": [names], "levels": {"0.40": explain dict, ...}}, ...]."""
+    shapes: dict[ConvShape, tuple[dict, list[str]]] = {}
+    for lp in plan.layers:
+        shapes.setdefault(lp.layer.shape, (lp.choices, []))[1].append(lp.layer.name)
+    return [{"layers": names,
+             "levels": {f"{lv:.2f}": explain_layer(shape, plan.gpu, plan.batch, lv, plan.model, top, choices[lv].config)
+                        for lv in plan.levels}}
+            for shape, (choices, names) in shapes.items()]
+
+
+# =================================================================================================
+# Text output for `snn-codegen plan`
+
+def format_plan(plan: Plan) -> str:
+    """One block per distinct shape: its layers, then one row per run of levels sharing a config."""
+    from .inspect import render
+    by_shape: dict[ConvShape, list[LayerPlan]] = {}
+    for lp in plan.layers:
+        by_shape.setdefault(lp.layer.shape, []).append(lp)
+    head = ("#", "shape", "layers", "levels", "config", "predicted µs per level")
+    body = []
+    for k, (shape, lps) in enumerate(by_shape.items(), 1):
+        names = lps[0].layer.name if len(lps) == 1 else f"{len(lps)}× {lps[0].layer.name} …"
+        runs: list[list[float]] = []
+        for lv in plan.levels:
+            if runs and lps[0].choices[runs[-1][-1]].config == lps[0].choices[lv].config:
+                runs[-1].append(lv)
+            else:
+                runs.append([lv])
+        for j, run in enumerate(runs):
+            ch = lps[0].choices
+            span = f"{run[0]:.2f}" if len(run) == 1 else f"{run[0]:.2f}–{run[-1]:.2f}"
+            body.append((str(k) if j == 0 else "", shape.tag() if j == 0 else "", names if j == 0 else "",
+                         span, ch[run[0]].config.tag(), " ".join(f"{ch[lv].predicted_us:.1f}" for lv in run)))
+    totals = {lv: sum(lp.choices[lv].predicted_us for lp in plan.layers) for lv in plan.levels}
+    lines = [render(head, body, right=(0,)), "",
+             f"{plan.network} on {plan.gpu.name} ({plan.gpu.arch}), batch {plan.batch}, model '{plan.model}': "
+             f"{len(plan.layers)} conv layers, {len(by_shape)} distinct shapes",
+             "sum of predicted sparse-conv time per level (µs): "
+             + "  ".join(f"{lv:.2f}: {totals[lv]:.0f}" for lv in plan.levels)]
+    return "\n".join(lines)
+
+
+def format_explain(info: dict[str, Any], layers: Sequence[str] = ()) -> str:
+    from .inspect import render
+    c = info["counts"]
+    who = f" ({', '.join(layers[:3])}{' …' if len(layers) > 3 else ''})" if layers else ""
+    out = [f"{info['shape']['tag']}{who} at sparsity {info['level']:.2f} (density {info['density']:.2f}), "
+           f"batch {info['batch']}, {info['gpu']}, model '{info['model']}'",
+           f"  enumerated {c['enumerated']} → launchable {c['launchable']} → stage 1 occupancy ≥ "
+           f"{info['occupancy_min']:.0%}: {c['stage1_occupancy']}"
+           + (" (none reached it: kept the best occupancy)" if info["stage1_relaxed"] else "")
+           + f" → stage 2 least data movement: {c['stage2_data_movement']} → stage 3 timed: {c['stage3_timed']}"]
+    snn = info["model"] == "snn"
+    head = ("rank", "config", "regs", "smem", "blk/SM", "occ", "data MB", "blocks", "waves",
+            *(("compute µs", "memory µs", "atomic µs", "edge") if snn else ("kFLOP/blk", "wave µs")), "predicted µs")
+    body = []
+    for row in info["top"]:
+        extra = ((f"{row['compute_us']:.1f}", f"{row['memory_us']:.1f}", f"{row['atomic_us']:.1f}",
+                  f"{row['edge_waste']:.0%}") if snn else (f"{row['flops_blk'] / 1e3:.1f}", f"{row['time_wave_us']:.2f}"))
+        body.append((f"{row['rank']}{'*' if row['chosen'] else ''}", row["tag"], str(row["registers"]), str(row["smem"]), str(row["blocks_per_sm"]),
+                     f"{row['occupancy']:.0%}", f"{row['data_movement_bytes'] / 1e6:.2f}", str(int(row["num_blocks"])),
+                     str(int(row["waves"])), *extra, f"{row['predicted_us']:.2f}"))
+    out.append("  " + render(head, body, right=tuple(range(2, len(head)))).replace("\n", "\n  "))
+    if not info["top"][0]["chosen"]:
+        out.append(f"  * the plan keeps {info['chosen']['tag']} from a lower level: within "
+                   f"{REUSE_TOLERANCE:.0%} of rank 1 (one kernel fewer to compile)")
+    return "\n".join(out)
