@@ -275,7 +275,8 @@ def _gpu_name(gpu) -> str:
 
 
 def shape_dict(shape) -> dict:
-    return {**asdict(shape), "P": shape.P, "Q": shape.Q}
+    d = asdict(shape)
+    return {**d, "stride": list(d["stride"]), "padding": list(d["padding"]), "P": shape.P, "Q": shape.Q}
 
 
 def build(net: Network, gpu, batches: list[int], levels: list[float], out: str | Path = "generated",

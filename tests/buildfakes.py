@@ -58,7 +58,7 @@ class FakePlanner:
         for layer in net.convs:
             if layer.shape not in memo:  # identical shapes planned once, as the contract says
                 memo[layer.shape] = {round(lv, 2): Choice(self.config_fn(layer.shape, lv),
-                                                          round(layer.shape.macs * batch / 1e9 * (1 - lv), 3))
+                                                          round(layer.shape.macs * batch / 1e6 * (1 - lv), 3))
                                      for lv in levels}
             layers.append(LayerPlan(layer, memo[layer.shape]))
         return Plan(layers)
@@ -78,8 +78,9 @@ STACKY = """
 extern "C" __global__ void {name}(const float* __restrict__ input, const float* __restrict__ weight,
                                   float* __restrict__ output) {{
   float tile[64];
-  for (int k = 0; k < 64; k++) tile[k] = input[k * {C}];
-  output[threadIdx.x] = tile[(int)weight[threadIdx.x] & 63];
+  const int n = (int)weight[0];  // a runtime trip count: tile cannot be unrolled into registers
+  for (int k = 0; k < n; k++) tile[k & 63] = input[k * {C}];
+  output[threadIdx.x] = tile[threadIdx.x & 63];
 }}
 """
 
