@@ -266,7 +266,8 @@ class BuildResult:
         return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                 f"{self.layers} conv layers, {self.kernels} kernels + epilogue, {self.cubins} cubins, "
                 f"{self.cache_hits} cache hits, {self.compiled} compiled in {self.compile_s:.2f} s; "
-                f"plan+render {self.ms_per_layer:.2f} ms/layer (nvcc excluded); "
+                f"plan+render {self.ms_per_layer:.2f} ms/layer (nvcc excluded; plan "
+                f"{1e3 * self.timings.get('plan_s', 0):.0f} ms, render {1e3 * self.timings.get('render_s', 0):.0f} ms); "
                 f"total {self.total_s:.2f} s\nmanifest: {self.manifest_path}")
 
 
@@ -314,6 +315,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             for choice in lp.choices.values():
                 name = choice.config.name(lp.layer.shape, b)
                 wanted.setdefault(name, (lp.layer.shape, b, choice.config))
+    t_plan = time.perf_counter() - t0
     emitted = {}
     for name, (shape, b, config) in wanted.items():
         k = stages.render_sparse(shape, b, config)
@@ -379,7 +381,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     except OSError as e:
         raise UserError(f"cannot write {manifest_path}: {e.strerror or e}") from None
     return BuildResult(manifest_path, manifest, len(net.convs), len(emitted), len(units), hits, len(misses),
-                       written, plan_render_s, compile_s, time.perf_counter() - t_start)
+                       written, plan_render_s, compile_s, time.perf_counter() - t_start,
+                       {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
 
 
 def _resources(record: dict) -> dict:

@@ -17,7 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
 from pathlib import Path
 
 ENV = "SNN_CACHE_DIR"
@@ -100,7 +102,16 @@ class CubinCache:
         return {**record, "cubin": str(target.resolve())}
 
     def staging_dir(self) -> Path:
-        """A fresh folder inside the cache, so finished cubins reach their place by rename."""
+        """A fresh folder inside the cache, so finished cubins reach their place by rename.
+        (make cannot take paths with spaces: then a system temp folder, and store copies.)"""
+        if " " in str(self.root.resolve()):
+            return Path(tempfile.mkdtemp(prefix="snn-stage-"))
         base = self.root / ".staging"
         base.mkdir(parents=True, exist_ok=True)
+        for old in base.iterdir():  # left by a killed build
+            try:
+                if time.time() - old.stat().st_mtime > 86400:
+                    shutil.rmtree(old, ignore_errors=True)
+            except OSError:
+                pass
         return Path(tempfile.mkdtemp(dir=base))

@@ -85,3 +85,25 @@ def test_record_is_commit_mark(tmp_path):
     c.record_path(key).write_text("{}")
     c.cubin_path(key).unlink()  # a record whose cubin was deleted
     assert c.lookup(key) is None
+
+
+def test_staging_outside_a_cache_path_with_spaces(tmp_path):
+    c = CubinCache(tmp_path / "my cache")
+    stage = c.staging_dir()
+    try:
+        assert " " not in str(stage)
+        (stage / "k.cubin").write_bytes(b"bytes")
+        key = cache_key("s", "v", "f", "sm_90")
+        rec = c.store(key, stage / "k.cubin", {"functions": {}})
+        assert open(rec["cubin"], "rb").read() == b"bytes" and c.lookup(key) is not None
+    finally:
+        import shutil
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def test_old_staging_folders_are_swept(tmp_path):
+    c = CubinCache(tmp_path)
+    old = c.staging_dir()
+    os.utime(old, (1, 1))
+    fresh = c.staging_dir()
+    assert not old.exists() and fresh.exists()
