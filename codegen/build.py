@@ -272,7 +272,24 @@ class BuildResult:
 
 
 def _gpu_name(gpu) -> str:
-    return str(getattr(gpu, "name", None) or gpu)
+    name = getattr(gpu, "name", None)
+    if not isinstance(name, str) or not name:
+        raise RuntimeError(f"load_gpu gave {gpu!r} without a name (the manifest's folder)")
+    return name
+
+
+def check_runs_on(arch: str, capability: list[int], gpu, gpu_name: str) -> None:
+    """A cubin for sm_XY runs on sm_XZ with Z >= Y only (sm_XYa: on exactly X.Y)."""
+    own = getattr(gpu, "arch", None)
+    m = _ARCH.match(own or "")
+    if not m:
+        return
+    d = m.group(1)
+    major, minor = int(d[:-1]), int(d[-1])
+    ok = capability[0] == major and (capability[1] == minor if arch.endswith(("a", "f")) else capability[1] <= minor)
+    if not ok:
+        raise UserError(f"--arch {arch}: a cubin for {arch} does not run on {gpu_name} ({own}); "
+                        f"leave --arch out or give {own}")
 
 
 def shape_dict(shape) -> dict:
@@ -297,6 +314,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
 
     tc = toolchain(find_nvcc(), cache)
     capability = check_arch(arch, tc)
+    check_runs_on(arch, capability, gpu, gpu_name)
     out_dir = Path(out) / net.name / gpu_name
     try:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -236,9 +236,17 @@ def test_unknown_arch(env):
 
 
 def test_other_arch_and_capability(env):
-    r = run_build(env, arch="sm_80")
+    r = build(env.net, GPU("a6000", "sm_86"), [1], LEVELS, out=env.out, stages=fake_stages(), cache=env.cache,
+              arch="sm_80")
     assert r.manifest["arch"] == "sm_80" and r.manifest["compute_capability"] == [8, 0]
+    assert r.manifest["gpu"] == "a6000" and (env.out / "tiny" / "a6000" / "manifest.json").is_file()
     assert any("-arch=sm_80" in line for line in env.log.read_text().splitlines())
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_100", "sm_75"])
+def test_arch_that_cannot_run_on_the_gpu(env, arch):
+    with pytest.raises(UserError, match=rf"--arch {arch}: a cubin for {arch} does not run on h100 \(sm_90\)"):
+        run_build(env, arch=arch)
 
 
 def test_unwritable_output_dir(env, tmp_path):
