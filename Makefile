@@ -20,8 +20,11 @@ test-gpu:
 specs:
 	$(BIN)/python network_specs/generate.py
 
-# nvcc: *.cu -> *.cubin in GEN (a generated/<network>/<gpu> folder), run in parallel with -j.
-# `snn-codegen build` drives this target; the ptxas report of each kernel lands in <kernel>.ptxas.
+# nvcc: *.cu -> *.cubin in GEN (a folder of generated sources), run in parallel with -j.
+# `snn-codegen build` drives this target on the cache misses only (staged in a folder of the cubin
+# cache, with GEN=CUBIN_DIR=that folder and NVCC_FLAGS as it hashes them). Each kernel's ptxas report
+# lands in <kernel>.ptxas; on failure it holds the compiler's message, also shown on stderr. A cubin
+# appears only whole (temp + mv), and "cubin <kernel>" on stdout marks it (the build's progress bar).
 GEN   ?= generated
 ARCH  ?= sm_90
 NVCC  ?= nvcc
@@ -33,8 +36,10 @@ CUBINS  := $(patsubst $(GEN)/%.cu,$(CUBIN_DIR)/%.cubin,$(SOURCES))
 cubins: $(CUBINS)
 
 $(CUBIN_DIR)/%.cubin: $(GEN)/%.cu
+	@mkdir -p $(CUBIN_DIR)
 	@$(NVCC) -cubin -arch=$(ARCH) $(NVCC_FLAGS) -o $@.tmp $< 2> $(CUBIN_DIR)/$*.ptxas || { cat $(CUBIN_DIR)/$*.ptxas >&2; rm -f $@.tmp; exit 1; }
 	@mv $@.tmp $@
+	@echo "cubin $*"
 
 clean:
 	rm -rf generated/*/ .pytest_cache

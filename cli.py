@@ -96,6 +96,43 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     click.echo(costmodel.format_plan(plan))
 
 
+@codegen_main.command("build")
+@SPEC
+@click.option("--gpu", default="h100", metavar="NAME|auto",
+              help="Target GPU (a file of codegen/gpus/), or auto to ask the local driver.")
+@click.option("--arch", default=None, metavar="sm_XX", help="nvcc arch; default: the GPU's.")
+@click.option("--batch", "batch", default="1", metavar="B[,B...]", help="Batch sizes to build kernels for.")
+@click.option("--levels", default="0.4:0.9:0.05", metavar="START:STOP:STEP",
+              help="Sparsity levels to plan (stop included), or a comma list.")
+@click.option("--out", default="generated", type=click.Path(file_okay=False, path_type=str),
+              help="Sources and manifest land in OUT/<network>/<gpu>/.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+              help="Parallel nvcc jobs (make -j); default: the number of CPUs.")
+@click.option("--force", is_flag=True, help="Recompile every kernel, ignoring the cubin cache.")
+@user_errors
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force):
+    """Plan, render and compile the sparse kernels of SPEC into the cubin cache ($SNN_CACHE_DIR,
+    default ~/.cache/snn/cubins) and write OUT/<network>/<gpu>/manifest.json.
+
+    Only cache misses are compiled (nvcc through the Makefile's cubins target, in parallel). The
+    build fails if any kernel has a stack frame or spills. Needs nvcc (set NVCC=/path to choose one),
+    no GPU."""
+    from codegen.build import build, default_stages, parse_batches, parse_levels
+    batches, lvls = parse_batches(batch), parse_levels(levels)
+    net = load_spec(spec)
+    stages = default_stages()
+    try:
+        target = stages.load_gpu(gpu)
+    except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
+        raise UserError(f"--gpu {gpu}: {e}") from None
+
+    def bar(n):
+        return click.progressbar(length=n, label=f"nvcc: {n} kernel(s)", show_pos=True)
+    result = build(net, target, batches, lvls, out=out, jobs=jobs, force=force, arch=arch, stages=stages,
+                   progress_factory=bar)
+    click.echo(result.summary())
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="snn")
 def run_main():
