@@ -345,7 +345,7 @@ def test_cli_build_and_rebuild(cli_env):
 @pytest.mark.parametrize("args, message", [
     (["--arch", "sm_1"], "Error: unknown arch 'sm_1'"),
     (["--batch", "x"], "Error: --batch: expected positive integers"),
-    (["--levels", "2"], "Error: --levels: expected"),
+    (["--levels", "2"], "Error: --levels '2': sparsity level 2.0 is outside"),
 ])
 def test_cli_user_errors_are_one_line(cli_env, args, message):
     r = invoke(str(cli_env.spec), "--out", str(cli_env.out), *args)
