@@ -414,7 +414,7 @@ class Executor:
         return (time.perf_counter() - t0) * 1e3
 
 
-def reference(net: Network, sd: dict, x, dtype=None):
+def reference(net: Network, sd: dict, x, dtype=None, keep_all: bool = False):
     """The spec interpreted node by node in plain torch, NCHW, no folding, no fusion: the yardstick
     the executor is checked against (float64 on the CPU, or FP32 with TF32 off on the GPU)."""
     torch = import_torch()
@@ -453,4 +453,4 @@ def reference(net: Network, sd: dict, x, dtype=None):
         else:  # pragma: no cover
             raise RunError(f"op '{n.op}' unknown to the reference")
         env[n.name] = y
-    return env[net.output]
+    return env if keep_all else env[net.output]
