@@ -414,7 +414,7 @@ class Executor:
         return (time.perf_counter() - t0) * 1e3
 
 
-def reference(net: Network, sd: dict, x, dtype=None, keep_all: bool = False):
+def reference(net: Network, sd: dict, x, dtype=None, keep_all: bool = False, on_batchnorm=None):
     """The spec interpreted node by node in plain torch, NCHW, no folding, no fusion: the yardstick
     the executor is checked against (float64 on the CPU, or FP32 with TF32 off on the GPU)."""
     torch = import_torch()
@@ -428,6 +428,8 @@ def reference(net: Network, sd: dict, x, dtype=None, keep_all: bool = False):
             y = F.conv2d(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None, n["stride"], n["padding"],
                          1, n["groups"])
         elif n.op == "batchnorm":
+            if on_batchnorm is not None:
+                on_batchnorm(n, v[0])
             y = F.batch_norm(v[0], p(n, "running_mean"), p(n, "running_var"), p(n, "weight"), p(n, "bias"),
                              False, 0.0, n["eps"])
         elif n.op == "relu":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import csv
+import sys
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -103,7 +104,7 @@ class Session:
         path = manifest.locate(cache_dir, self.net, spec, gpu, batch, self.device.name,
                                self.device.compute_capability)
         self.cache = manifest.load(path, self.net, spec, batch, self.device.compute_capability)
-        sd, self.class_names, self.warning = weights.load(self.net, weights_arg, seed)
+        sd, self.class_names, self.warning = weights.load(self.net, weights_arg, seed, device="cuda")
         self.batch, self.force = batch, force
         self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
                                  "cuda", force, trace)
@@ -226,7 +227,7 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
     with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
-                           file=click.get_text_stream("stderr")) as bar:
+                           file=sys.stderr) as bar:
         result = session.run(paths, skipped, top, progress=bar.update)
     for line in format_predictions(result):
         click.echo(line)

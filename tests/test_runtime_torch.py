@@ -267,3 +267,22 @@ def test_cuda_backend_epilogue_signature(tiny):
     be.epilogue(x, s, t, None, x, None, None, False)
     vals = [v for v, _ in dev.calls[-1][5]]
     assert vals[3] == 0 and vals[5] == 0 and vals[-1] == 0
+
+
+def test_calibrated_random_weights_normalise_and_depend_on_the_image(tiny):
+    sd, names, warning = weights.load(tiny, None, seed=3)
+    assert "labels mean nothing" in warning
+    seen = {}
+
+    def check(node, x):  # on the calibration images every BN now sees its own batch statistics
+        var, mean = torch.var_mean(x.double(), dim=(0, 2, 3), unbiased=False)
+        seen[node.name] = (torch.allclose(mean.float(), sd[f"{node.param}.running_mean"], atol=1e-4) and
+                           torch.allclose(var.float(), sd[f"{node.param}.running_var"], rtol=1e-3, atol=1e-6))
+
+    executor.reference(tiny, sd, weights.synthetic_images(4, tiny.input_shape, seed=3), torch.float32,
+                       on_batchnorm=check)
+    assert seen and all(seen.values())
+    y = executor.reference(tiny, sd, weights.synthetic_images(4, tiny.input_shape, seed=9).double())
+    assert torch.isfinite(y).all() and y.std(0).mean() > 1e-3   # logits differ between images
+    again, _, _ = weights.load(tiny, None, seed=3)
+    assert all(torch.equal(sd[k], again[k]) for k in sd)
