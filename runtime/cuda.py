@@ -22,12 +22,18 @@ def import_torch():
     return torch
 
 
+_DRIVER = None
+
+
 def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError:  # cuda-python < 12.6 layout
-        from cuda import cuda as driver
-    return driver
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:  # cuda-python < 12.6 layout
+            from cuda import cuda as driver
+        _DRIVER = driver
+    return _DRIVER
 
 
 class CudaError(RunError):
@@ -36,14 +42,15 @@ class CudaError(RunError):
 
 def check(result, what: str):
     """Unpack a cuda-python (CUresult, *values) tuple; raise CudaError naming the call on failure."""
-    drv = _driver()
     err, *vals = result if isinstance(result, tuple) else (result,)
-    if err != drv.CUresult.CUDA_SUCCESS:
-        _, name = drv.cuGetErrorName(err)
-        _, text = drv.cuGetErrorString(err)
-        name = name.decode() if isinstance(name, bytes) else str(err)
-        text = text.decode() if isinstance(text, bytes) else ""
-        raise CudaError(f"{what}: {name} ({text})")
+    if err != 0:  # CUresult is an IntEnum; CUDA_SUCCESS == 0
+        name = getattr(err, "name", f"CUresult {int(err)}")
+        try:
+            text = _driver().cuGetErrorString(err)[1]
+            text = f" ({text.decode()})" if isinstance(text, bytes) else ""
+        except Exception:  # no driver library to ask
+            text = ""
+        raise CudaError(f"{what}: {name}{text}")
     if not vals:
         return None
     return vals[0] if len(vals) == 1 else tuple(vals)

@@ -116,10 +116,14 @@ class Session:
         skipped = list(skipped)
         forward_s = 0.0
         t_start = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=8) as pool:
-            for start in range(0, len(paths), self.batch):
-                chunk = paths[start:start + self.batch]
-                arrays, ok, bad = _load_batch(pool, chunk)
+        chunks = [paths[i:i + self.batch] for i in range(0, len(paths), self.batch)]
+        with ThreadPoolExecutor(max_workers=8) as pool, ThreadPoolExecutor(max_workers=1) as ahead:
+            # the next batch is decoded while the GPU works on this one
+            pending = ahead.submit(_load_batch, pool, chunks[0]) if chunks else None
+            for k, chunk in enumerate(chunks):
+                arrays, ok, bad = pending.result()
+                if k + 1 < len(chunks):
+                    pending = ahead.submit(_load_batch, pool, chunks[k + 1])
                 skipped.extend(bad)
                 if arrays:
                     n = len(arrays)

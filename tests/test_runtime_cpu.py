@@ -258,3 +258,14 @@ def test_cpu_modules_do_not_import_torch():
     assert out.stdout.strip() == "False"
     help_out = subprocess.run([sys.executable, "cli.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert help_out.returncode == 0
+
+
+def test_cuda_errors_name_the_call():
+    from cuda.bindings import driver
+    from runtime.cuda import CudaError, check
+    assert check((driver.CUresult.CUDA_SUCCESS, 5), "x") == 5
+    assert check((driver.CUresult.CUDA_SUCCESS,), "x") is None
+    assert check((driver.CUresult.CUDA_SUCCESS, 1, 2), "x") == (1, 2)
+    with pytest.raises(CudaError, match=r"^loading k.cubin \(cuModuleLoadData\): CUDA_ERROR_NO_BINARY_FOR_GPU"):
+        check((driver.CUresult.CUDA_ERROR_NO_BINARY_FOR_GPU,), "loading k.cubin (cuModuleLoadData)")
+    assert issubclass(CudaError, RunError)
