@@ -109,6 +109,8 @@ class Session:
         self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
                                  "cuda", force, trace)
 
+    torch_device = "cuda"
+
     def run(self, paths: list[Path], skipped: list[images.Skipped], top: int, progress=None) -> Result:
         import torch
         stats: dict[str, LayerStats] = {c.name: LayerStats(c.index, c.name) for c in self.net.convs}
@@ -131,8 +133,9 @@ class Session:
                     # a short last batch is padded with its own images: the kernels are built per batch
                     # size, and real images keep the measured sparsity representative
                     arrays = arrays + [arrays[i % n] for i in range(bucket - n)]
-                    x = torch.from_numpy(np.stack(arrays)).to("cuda", non_blocking=True)
-                    torch.cuda.synchronize()
+                    x = torch.from_numpy(np.stack(arrays)).to(self.torch_device)
+                    if self.torch_device == "cuda":
+                        torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     with torch.inference_mode():
                         logits = self.executor.forward(x)[:n]

@@ -286,3 +286,51 @@ def test_calibrated_random_weights_normalise_and_depend_on_the_image(tiny):
     assert torch.isfinite(y).all() and y.std(0).mean() > 1e-3   # logits differ between images
     again, _, _ = weights.load(tiny, None, seed=3)
     assert all(torch.equal(sd[k], again[k]) for k in sd)
+
+
+def test_session_run_batches_pads_and_skips(tiny, tmp_path):
+    """Session.run on the CPU: prefetching, a short batch padded to a built bucket, bad files skipped."""
+    Image = pytest.importorskip("PIL.Image")
+    import numpy as np
+    from runtime import images, infer
+    tiny224 = parse_spec(TINY.replace("shape: [3, 20, 20]", "shape: [3, 224, 224]"), "tiny.yaml")
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (240, 300, 3), dtype=np.uint8)).save(tmp_path / f"im{i}.png")
+    (tmp_path / "im2.png").write_bytes(b"broken")
+    (tmp_path / "x.txt").write_text("no")
+    paths, skipped = images.discover(tmp_path)
+    sd = weights.random_init(tiny224, 0)
+    cache = fake_cache(tiny224, batch=2)
+    cache.data["batches"] = [1, 3]   # 2 images run as a padded batch of 3
+    for layer in cache.layers.values():
+        layer["batches"]["3"] = layer["batches"]["2"]
+    s = object.__new__(infer.Session)
+    s.net, s.cache, s.batch, s.force, s.warning = tiny224, cache, 3, "auto", None
+    s.class_names = [f"c{i}" for i in range(5)]
+    s.torch_device = "cpu"
+    s.executor = executor.Executor(tiny224, sd, executor.TorchBackend(), cache, "cpu", "sparse", trace=True)
+    seen_batches, progress = [], []
+    orig = s.executor.forward
+    s.executor.forward = lambda x: (seen_batches.append(x.shape[0]), orig(x))[1]
+    r = s.run(paths, skipped, top=3, progress=progress.append)
+    assert [Path(p.path).name for p in r.predictions] == ["im0.png", "im1.png", "im3.png", "im4.png"]
+    assert sorted(Path(k.path).name for k in r.skipped) == ["im2.png", "x.txt"]
+    assert seen_batches == [3, 3] and progress == [3, 2]   # im0, im1 (+ broken im2) | im3, im4
+    ref = executor.reference(tiny224, sd, torch.stack([torch.from_numpy(images.preprocess(tmp_path / f"im{i}.png"))
+                                                        for i in (0, 1, 3, 4)]).double())
+    for p, row in zip(r.predictions, ref):
+        assert [i for i, _, _ in p.top] == row.topk(3).indices.tolist()
+        assert p.top[0][1] == f"c{p.top[0][0]}"
+        assert abs(sum(q for _, _, q in p.top) - torch.softmax(row, 0).topk(3).values.sum().item()) < 1e-5
+    assert r.conv_runs == 2 * len(tiny224.convs) and r.sparse_runs == 2 * (len(tiny224.convs) - 1)
+    out = tmp_path / "r.json"
+    infer.write_output(r, str(out), 3)
+    import json
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["images"] == 4 and doc["summary"]["skipped"] == 2
+    infer.write_output(r, str(tmp_path / "r.csv"), 3)
+    rows = (tmp_path / "r.csv").read_text().splitlines()
+    assert rows[0].startswith("path,label1,index1,prob1,label2") and len(rows) == 5
+    assert "4 images" in infer.format_summary(r) and "2 file(s) skipped" in infer.format_summary(r)
+    assert len(infer.format_trace(r)) == 1 + len(tiny224.convs)
