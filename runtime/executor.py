@@ -179,13 +179,6 @@ class Executor:
 
         ops: list[Op] = []
         fused_bias: set[str] = set()
-        ones = {}
-
-        def ones_like(cn):
-            if cn not in ones:
-                ones[cn] = torch.ones(cn, device=dev)
-            return ones[cn]
-
         value_of = lambda v: alias.get(v, v)  # noqa: E731
         for n in net.nodes:
             if n.op == "conv":
@@ -263,7 +256,6 @@ class Executor:
                 op.attrs["weight"] = weight[op.name]
 
         # Which conv inputs are ReLU outputs (possibly through maxpool/concat): those convs may run sparse.
-        kind_of = {op.name: op for op in ops}
         relu_derived: set[str] = set()
         for op in ops:
             if (op.kind == "epilogue" and op.attrs["relu"]) or op.kind == "relu":
@@ -291,7 +283,6 @@ class Executor:
                     final.append(Op("count", op.name, (op.name,), dict(slot=slots[op.name])))
         self.slots = slots
         self.ops = final
-        del kind_of
 
         # Free each value after its last reader.
         last: dict[str, int] = {}

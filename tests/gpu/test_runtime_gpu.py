@@ -9,7 +9,6 @@ Checked against torchvision's model with the same weights (FP32, TF32 off): rela
 identical top-5. The real kernels' own tests live elsewhere; these test the runtime around them.
 """
 import json
-import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
