@@ -260,3 +260,49 @@ def test_missing_cache_one_line(tmp_path):
     r = CliRunner().invoke(cli.run_main, ["infer", str(tmp_path), "--spec", str(ROOT / "network_specs/resnet50.yaml"),
                                           "--cache", str(tmp_path / "nocache")])
     assert r.exit_code == 1 and "snn-codegen build" in r.output and len(r.output.strip().splitlines()) == 1
+
+
+# --- the real cache, where `snn-codegen build` has made one for this GPU ---------------------------
+
+def _real_photos(n):
+    """scikit-image's sample photographs where installed (real activation statistics), else _photos."""
+    try:
+        from skimage import data
+        from PIL import Image
+    except ImportError:
+        return _photos(n, seed=5)
+    from runtime import images
+    import numpy as np
+    import tempfile
+    picks = [getattr(data, k)() for k in ("astronaut", "coffee", "chelsea", "rocket", "cat", "hubble_deep_field",
+                                          "immunohistochemistry", "motorcycle_left") if hasattr(data, k)]
+    out = []
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(n):
+            a = picks[i % len(picks)]
+            a = np.stack([a] * 3, -1) if a.ndim == 2 else a[..., :3]
+            Image.fromarray(a.astype(np.uint8)).save(f"{d}/{i}.png")
+            out.append(torch.from_numpy(images.preprocess(f"{d}/{i}.png")))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize("batch", [1, 8])
+@pytest.mark.parametrize("name", ["resnet152", "densenet201", "vgg19"])
+def test_built_cache_matches_torchvision(name, batch):
+    net = load_spec(ROOT / "network_specs" / f"{name}.yaml")
+    dev = Device()
+    try:
+        path = manifest.locate(ROOT / "generated", net, f"network_specs/{name}.yaml", "auto", batch,
+                               dev.name, dev.compute_capability)
+        cache = manifest.load(path, net, f"network_specs/{name}.yaml", batch, dev.compute_capability)
+    except manifest.CacheError as e:
+        pytest.skip(str(e))
+    sd, _, _ = weights.load(net, None, seed=0, device="cuda")
+    x = _real_photos(batch).cuda()
+    with torch.inference_mode():
+        ref = torchvision_model(net, sd)(x)
+        for force in ("sparse", "auto"):
+            ex = executor.Executor(net, sd, CudaBackend(dev, cache), cache, "cuda", force, trace=True)
+            _check_close(ex.forward(x), ref)
+            if force == "sparse":
+                assert any(t.path == "sparse" for t in ex.last_trace)
