@@ -1,0 +1,124 @@
+"""cuda-python driver wrapper: load cubins and launch their kernels on PyTorch's current stream.
+
+torch owns the device: its primary context, its streams and all memory (kernels get data_ptr()s).
+We only make sure that context is current on this thread, then use the driver API on it.
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from .errors import RunError
+
+TORCH_MISSING = "snn-run needs PyTorch with CUDA: pip install -e '.[gpu]'"
+_DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
+
+
+def import_torch():
+    try:
+        import torch
+    except ImportError:
+        raise RunError(TORCH_MISSING) from None
+    return torch
+
+
+_DRIVER = None
+
+
+def _driver():
+    global _DRIVER
+    if _DRIVER is None:
+        try:
+            from cuda.bindings import driver
+        except ImportError:  # cuda-python < 12.6 layout
+            from cuda import cuda as driver
+        _DRIVER = driver
+    return _DRIVER
+
+
+class CudaError(RunError):
+    pass
+
+
+def check(result, what: str):
+    """Unpack a cuda-python (CUresult, *values) tuple; raise CudaError naming the call on failure."""
+    err, *vals = result if isinstance(result, tuple) else (result,)
+    if err != 0:  # CUresult is an IntEnum; CUDA_SUCCESS == 0
+        name = getattr(err, "name", f"CUresult {int(err)}")
+        try:
+            text = _driver().cuGetErrorString(err)[1]
+            text = f" ({text.decode()})" if isinstance(text, bytes) else ""
+        except Exception:  # no driver library to ask
+            text = ""
+        raise CudaError(f"{what}: {name}{text}")
+    if not vals:
+        return None
+    return vals[0] if len(vals) == 1 else tuple(vals)
+
+
+class Device:
+    """The current torch CUDA device, seen through the driver API. Modules and functions are cached."""
+
+    def __init__(self):
+        torch = import_torch()
+        if not torch.cuda.is_available():
+            raise RunError("no CUDA GPU found (torch.cuda.is_available() is False): snn-run needs an "
+                           "NVIDIA GPU with a working driver and a CUDA build of PyTorch")
+        torch.cuda.init()
+        self.index = torch.cuda.current_device()
+        torch.empty(1, device="cuda")  # torch creates its primary context lazily: force it now
+        self.name = torch.cuda.get_device_name(self.index)
+        self.compute_capability = tuple(torch.cuda.get_device_capability(self.index))
+        self._torch = torch
+        drv = self.drv = _driver()
+        try:
+            check(drv.cuInit(0), "cuInit")
+        except RunError:
+            raise
+        except Exception as e:  # driver library not loadable
+            raise RunError(f"cannot use the CUDA driver through cuda-python: {e}") from None
+        ctx = check(drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        if ctx is None or int(ctx) == 0:  # same primary context torch uses, bound to this thread
+            dev = check(drv.cuDeviceGet(self.index), "cuDeviceGet")
+            ctx = check(drv.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            check(drv.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        self._modules: dict[str, object] = {}
+        self._functions: dict[tuple[str, str], object] = {}
+        self._smem_opt_in: dict[tuple[str, str], int] = {}
+
+    def module(self, cubin: str | Path):
+        key = str(Path(cubin).resolve())
+        mod = self._modules.get(key)
+        if mod is None:
+            try:
+                image = Path(key).read_bytes()
+            except OSError as e:
+                raise RunError(f"cannot read cubin {cubin}: {e.strerror}") from None
+            mod = check(self.drv.cuModuleLoadData(image), f"loading {cubin} (cuModuleLoadData)")
+            self._modules[key] = mod
+        return mod
+
+    def function(self, cubin: str | Path, name: str):
+        key = (str(Path(cubin).resolve()), name)
+        fn = self._functions.get(key)
+        if fn is None:
+            fn = check(self.drv.cuModuleGetFunction(self.module(cubin), name.encode()),
+                       f"function '{name}' in {cubin} (cuModuleGetFunction)")
+            self._functions[key] = fn
+        return key, fn
+
+    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args) -> None:
+        """Launch `name` on torch's current stream; args are (value, ctypes type) pairs."""
+        key, fn = self.function(cubin, name)
+        if smem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(key, 0) < smem:
+            check(self.drv.cuFuncSetAttribute(
+                fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
+                f"allowing {smem} bytes of shared memory for '{name}'")
+            self._smem_opt_in[key] = smem
+        vals = [t(v) for v, t in args]
+        ptrs = (ctypes.c_void_p * max(1, len(vals)))(*[ctypes.addressof(v) for v in vals])
+        stream = self.drv.CUstream(self._torch.cuda.current_stream().cuda_stream)
+        gx, gy, gz = (list(grid) + [1, 1])[:3]
+        bx, by, bz = (list(block) + [1, 1])[:3]
+        check(self.drv.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(ptrs), 0),
+              f"launching '{name}' grid {list(grid)} block {list(block)} smem {smem}")

@@ -1,0 +1,251 @@
+"""`snn-run infer`: classify a folder of images with a spec, its kernel cache and weights."""
+from __future__ import annotations
+
+import csv
+import sys
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from codegen.spec import load_spec
+
+from . import images
+from .errors import RunError
+
+
+@dataclass
+class Prediction:
+    path: str
+    top: list[tuple[int, str, float]]  # (class index, label, probability)
+
+
+@dataclass
+class LayerStats:
+    index: int
+    name: str
+    runs: int = 0
+    sparse_runs: int = 0
+    sparsities: list[float] = field(default_factory=list)
+    ms: list[float] = field(default_factory=list)
+    kernels: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    network: str
+    predictions: list[Prediction]
+    skipped: list[images.Skipped]
+    seconds: float
+    forward_seconds: float
+    layers: list[LayerStats]
+    warning: str | None
+    manifest: str
+    batch: int
+    force: str
+
+    @property
+    def conv_runs(self) -> int:
+        return sum(s.runs for s in self.layers)
+
+    @property
+    def sparse_runs(self) -> int:
+        return sum(s.sparse_runs for s in self.layers)
+
+    def summary(self) -> dict:
+        n = len(self.predictions)
+        return {"images": n, "skipped": len(self.skipped), "seconds": round(self.seconds, 4),
+                "images_per_s": round(n / self.seconds, 2) if self.seconds else None,
+                "forward_images_per_s": round(n / self.forward_seconds, 2) if self.forward_seconds else None,
+                "conv_layer_runs": self.conv_runs, "sparse_layer_runs": self.sparse_runs,
+                "sparse_share": round(self.sparse_runs / self.conv_runs, 4) if self.conv_runs else 0.0}
+
+
+def _label(names, i: int) -> str:
+    return names[i] if names and 0 <= i < len(names) else f"class {i}"
+
+
+def _load_batch(pool, paths):
+    arrays, ok, skipped = [], [], []
+
+    def one(p):
+        try:
+            return p, images.preprocess(p), None
+        except ValueError as e:
+            return p, None, str(e)
+        except OSError as e:
+            return p, None, f"cannot read ({e.strerror or e})"
+
+    for p, a, err in pool.map(one, paths):
+        if err:
+            skipped.append(images.Skipped(str(p), err))
+        else:
+            arrays.append(a)
+            ok.append(p)
+    return arrays, ok, skipped
+
+
+class Session:
+    """Everything set up once: device, cache, weights, executor."""
+
+    def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int, weights_arg: str | None,
+                 force: str, trace: bool, seed: int = 0):
+        from . import manifest, weights
+        from .cuda import Device
+        from .executor import Executor
+        from .kernels import CudaBackend
+        if batch < 1:
+            raise RunError(f"--batch must be at least 1, got {batch}")
+        self.net = load_spec(spec)
+        self.device = Device()
+        path = manifest.locate(cache_dir, self.net, spec, gpu, batch, self.device.name,
+                               self.device.compute_capability)
+        self.cache = manifest.load(path, self.net, spec, batch, self.device.compute_capability)
+        sd, self.class_names, self.warning = weights.load(self.net, weights_arg, seed, device="cuda")
+        self.batch, self.force = batch, force
+        self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
+                                 "cuda", force, trace)
+
+    torch_device = "cuda"
+
+    def run(self, paths: list[Path], skipped: list[images.Skipped], top: int, progress=None) -> Result:
+        import torch
+        stats: dict[str, LayerStats] = {c.name: LayerStats(c.index, c.name) for c in self.net.convs}
+        preds: list[Prediction] = []
+        skipped = list(skipped)
+        forward_s = 0.0
+        t_start = time.perf_counter()
+        chunks = [paths[i:i + self.batch] for i in range(0, len(paths), self.batch)]
+        with ThreadPoolExecutor(max_workers=8) as pool, ThreadPoolExecutor(max_workers=1) as ahead:
+            # the next batch is decoded while the GPU works on this one
+            pending = ahead.submit(_load_batch, pool, chunks[0]) if chunks else None
+            for k, chunk in enumerate(chunks):
+                arrays, ok, bad = pending.result()
+                if k + 1 < len(chunks):
+                    pending = ahead.submit(_load_batch, pool, chunks[k + 1])
+                skipped.extend(bad)
+                if arrays:
+                    n = len(arrays)
+                    bucket = self.cache.bucket(n, self.batch)
+                    # a short last batch is padded with its own images: the kernels are built per batch
+                    # size, and real images keep the measured sparsity representative
+                    arrays = arrays + [arrays[i % n] for i in range(bucket - n)]
+                    x = torch.from_numpy(np.stack(arrays)).to(self.torch_device)
+                    if self.torch_device == "cuda":
+                        torch.cuda.synchronize()
+                    t0 = time.perf_counter()
+                    with torch.inference_mode():
+                        logits = self.executor.forward(x)[:n]
+                        probs = torch.softmax(logits.float(), dim=1)
+                        p, idx = probs.topk(min(top, probs.shape[1]), dim=1)
+                    p, idx = p.cpu().tolist(), idx.cpu().tolist()
+                    forward_s += time.perf_counter() - t0
+                    for path, pi, ii in zip(ok, p, idx):
+                        preds.append(Prediction(str(path), [(i, _label(self.class_names, i), q) for i, q in zip(ii, pi)]))
+                    for t in self.executor.last_trace:
+                        s = stats[t.name]
+                        s.runs += 1
+                        if t.sparsity is not None:
+                            s.sparsities.append(t.sparsity)
+                        if t.ms is not None:
+                            s.ms.append(t.ms)
+                        if t.path == "sparse":
+                            s.sparse_runs += 1
+                            s.kernels[t.kernel] = s.kernels.get(t.kernel, 0) + 1
+                if progress:
+                    progress(len(chunk))
+        seconds = time.perf_counter() - t_start
+        return Result(self.net.name, preds, skipped, seconds, forward_s,
+                      sorted(stats.values(), key=lambda s: s.index), self.warning, str(self.cache.path),
+                      self.batch, self.force)
+
+
+def format_predictions(result: Result) -> list[str]:
+    return [f"{p.path}: " + ", ".join(f"{label} ({q:.1%})" for _, label, q in p.top) for p in result.predictions]
+
+
+def format_trace(result: Result) -> list[str]:
+    lines = [f"{'#':>4}  {'layer':<48} {'sparsity':>8}  {'sparse':>7}  {'ms':>8}  kernel"]
+    for s in result.layers:
+        sp = f"{np.mean(s.sparsities):.3f}" if s.sparsities else "-"
+        ms = f"{np.mean(s.ms):.3f}" if s.ms else "-"
+        kern = max(s.kernels, key=s.kernels.get) if s.kernels else "cudnn"
+        lines.append(f"{s.index:>4}  {s.name:<48} {sp:>8}  {s.sparse_runs:>3}/{s.runs:<3}  {ms:>8}  {kern}")
+    return lines
+
+
+def format_summary(result: Result) -> str:
+    s = result.summary()
+    ips = f"{s['images_per_s']:.1f} images/s" if s["images_per_s"] else "no images"
+    fwd = f", forward pass {s['forward_images_per_s']:.1f} images/s" if s["forward_images_per_s"] else ""
+    return (f"{result.network}: {s['images']} images in {s['seconds']:.2f} s ({ips}{fwd}); "
+            f"{s['sparse_layer_runs']} of {s['conv_layer_runs']} conv layer runs sparse "
+            f"({s['sparse_share']:.1%}); {s['skipped']} file(s) skipped")
+
+
+def write_output(result: Result, path: str, top: int) -> None:
+    out = Path(path)
+    if out.suffix.lower() == ".json":
+        doc = {"network": result.network, "manifest": result.manifest, "batch": result.batch,
+               "force": result.force, "warning": result.warning, "summary": result.summary(),
+               "images": [{"path": p.path, "top": [{"index": i, "label": l, "probability": q} for i, l, q in p.top]}
+                          for p in result.predictions],
+               "skipped": [asdict(s) for s in result.skipped],
+               "layers": [{"index": s.index, "name": s.name, "runs": s.runs, "sparse_runs": s.sparse_runs,
+                           "mean_sparsity": float(np.mean(s.sparsities)) if s.sparsities else None,
+                           "kernels": s.kernels} for s in result.layers]}
+        text = json.dumps(doc, indent=1)
+        out.write_text(text + "\n")
+    elif out.suffix.lower() == ".csv":
+        with out.open("w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["path"] + [f"{c}{k}" for k in range(1, top + 1) for c in ("label", "index", "prob")])
+            for p in result.predictions:
+                w.writerow([p.path] + [x for i, l, q in p.top for x in (l, i, f"{q:.6f}")])
+    else:
+        raise RunError(f"--output {path}: unknown format, use a .csv or .json file name")
+
+
+OUTPUT_SUFFIXES = (".csv", ".json")
+EXIT_SKIPPED = 3  # ran, but some files were not images or could not be read
+
+
+def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int, weights: str | None,
+                  output: str | None, top: int, trace: bool, force: str, seed: int = 0) -> int:
+    """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
+    import click
+
+    if output and Path(output).suffix.lower() not in OUTPUT_SUFFIXES:
+        raise RunError(f"--output {output}: unknown format, use a .csv or .json file name")
+    load_spec(spec)  # spec mistakes first: they need neither torch nor a GPU
+    try:
+        paths, skipped = images.discover(image_dir)
+    except FileNotFoundError as e:
+        raise RunError(str(e)) from None
+    if not paths:
+        raise RunError(f"{image_dir}: no image files found (looked for {', '.join(sorted(images.IMAGE_SUFFIXES))})")
+    from .cuda import import_torch
+    import_torch()
+    images._pil()
+    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed)
+    if session.warning:
+        click.echo(f"warning: {session.warning}", err=True)
+    with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
+                           file=sys.stderr) as bar:
+        result = session.run(paths, skipped, top, progress=bar.update)
+    for line in format_predictions(result):
+        click.echo(line)
+    if trace:
+        click.echo("")
+        for line in format_trace(result):
+            click.echo(line)
+    for s in result.skipped:
+        click.echo(f"skipped {s.path}: {s.reason}", err=True)
+    click.echo(format_summary(result))
+    if output:
+        write_output(result, output, top)
+        click.echo(f"wrote {output}")
+    return EXIT_SKIPPED if result.skipped else 0

@@ -1,0 +1,66 @@
+"""The CUDA backend of the executor: our cubins launched through runtime/cuda.py.
+
+- epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu)` (docs/interfaces.md),
+  1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
+- sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors.
+"""
+from __future__ import annotations
+
+import ctypes
+
+from .cuda import Device, import_torch
+from .errors import RunError
+
+EPILOGUE_BLOCK = 256
+_PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
+
+
+class CudaBackend:
+    def __init__(self, device: Device, cache):
+        self.torch = import_torch()
+        self.dev, self.cache = device, cache
+        epi = cache.epilogue
+        self.epi_cubin, self.epi_fn = epi["cubin"], epi.get("function", "snn_epilogue")
+        self.epi_block = int(epi.get("block", EPILOGUE_BLOCK))
+        self._consts: dict[tuple[str, int], object] = {}
+
+    def _const(self, value: float, c: int):
+        key = (value, c)
+        if key not in self._consts:
+            self._consts[key] = self.torch.full((c,), value, dtype=self.torch.float32, device="cuda")
+        return self._consts[key]
+
+    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
+        c = inp.shape[1]
+        total = inp.numel()
+        if total == 0:
+            return
+        scale = self._const(1.0, c) if scale is None else scale
+        shift = self._const(0.0, c) if shift is None else shift
+        zeros = counters.data_ptr() + 8 * slot if counters is not None else 0
+        args = [(inp.data_ptr(), _PTR), (scale.data_ptr(), _PTR), (shift.data_ptr(), _PTR),
+                (residual.data_ptr() if residual is not None else 0, _PTR), (out.data_ptr(), _PTR),
+                (zeros, _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32)]
+        grid = (total + self.epi_block - 1) // self.epi_block
+        self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args)
+
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape):
+        bufs = {"input": inp, "weight": weight, "output": out, **workspace}
+        for i, step in enumerate(kentry["steps"]):
+            op = step.get("op")
+            if op == "memset":
+                buf = bufs.get(step.get("buffer"))
+                if buf is None:
+                    raise RunError(f"kernel '{name}' step {i}: memset of unknown buffer {step.get('buffer')!r}")
+                buf.zero_()
+            elif op == "launch":
+                args = []
+                for a in step["args"]:
+                    if a not in bufs:
+                        raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
+                                       f"(known: {', '.join(bufs)})")
+                    args.append((bufs[a].data_ptr(), _PTR))
+                self.dev.launch(kentry["cubin"], step["function"], step["grid"], step["block"],
+                                int(step.get("smem", 0)), args)
+            else:
+                raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")

@@ -1,0 +1,206 @@
+"""The kernel cache as the runtime sees it: find generated/<network>/<gpu>/manifest.json, check it
+fits this spec, this GPU and this batch size, and say exactly how to rebuild it when it does not.
+
+No torch and no GPU here: the caller passes the device's name and compute capability.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from codegen.spec import ConvShape, Network
+
+from .errors import RunError
+
+MANIFEST = "manifest.json"
+DEFAULT_CACHE = "generated"
+_SHAPE_INTS = ("C", "N", "H", "W", "R", "S")
+
+
+class CacheError(RunError):
+    """Missing or stale kernel cache; the message ends with the command that fixes it."""
+
+
+def build_command(spec_path: str, gpu: str, batch: int) -> str:
+    return f"snn-codegen build {shlex.quote(str(spec_path))} --gpu {gpu} --batch {batch}"
+
+
+def guess_gpu_name(device_name: str) -> str:
+    """The name `snn-codegen build --gpu` knows for this device, e.g. 'NVIDIA H100 80GB HBM3' -> 'h100'."""
+    flat = re.sub(r"[^a-z0-9]", "", device_name.lower())
+    try:
+        from codegen.gpu import known_gpus  # written by the codegen side; may not exist yet
+        names = sorted(known_gpus(), key=len, reverse=True)
+    except Exception:
+        names = []
+    for n in names:
+        if re.sub(r"[^a-z0-9]", "", n.lower()) in flat:
+            return n
+    m = re.search(r"\b([a-z]{1,2}\d{2,3}[a-z]?)\b", device_name.lower())
+    return m.group(1) if m else "auto"
+
+
+def shape_dict(shape: ConvShape) -> dict:
+    return {**{k: getattr(shape, k) for k in _SHAPE_INTS}, "stride": list(shape.stride),
+            "padding": list(shape.padding)}
+
+
+def _shape_mismatch(recorded: dict, shape: ConvShape) -> str | None:
+    """None if the manifest's shape dict agrees with the spec's (fields it lacks are not judged)."""
+    want = shape_dict(shape)
+    for k, v in want.items():
+        if k not in recorded:
+            continue
+        got = recorded[k]
+        got = list(got) if isinstance(got, (list, tuple)) else got
+        if isinstance(v, list) and not isinstance(got, list):
+            got = [got, got]
+        if got != v:
+            return f"{k}={got} in the cache, {v} in the spec"
+    return None
+
+
+@dataclass
+class Cache:
+    """A validated manifest for one batch bucket set."""
+    path: Path
+    data: dict
+    spec_path: str
+    gpu: str
+    layers: dict[str, dict] = field(default_factory=dict)  # conv name -> manifest layer
+
+    @property
+    def batches(self) -> list[int]:
+        return sorted(int(b) for b in self.data["batches"])
+
+    def bucket(self, n: int, limit: int) -> int:
+        """Smallest built batch size >= n (and <= limit): a short last batch is padded up to it."""
+        fits = [b for b in self.batches if n <= b <= limit]
+        if not fits:
+            raise CacheError(f"{self.path}: no kernels for a batch of {n} (built for "
+                             f"{', '.join(map(str, self.batches))}); rebuild with: "
+                             f"{build_command(self.spec_path, self.gpu, limit)}")
+        return fits[0]
+
+    def layer_entry(self, conv_name: str, batch: int) -> dict | None:
+        """The per-batch entry that dispatch.choose() reads, or None if the layer has no kernels."""
+        layer = self.layers.get(conv_name)
+        if layer is None:
+            return None
+        return layer.get("batches", {}).get(str(batch))
+
+    def kernel(self, name: str) -> dict:
+        return self.data["kernels"][name]
+
+    @property
+    def epilogue(self) -> dict:
+        return self.data["epilogue"]
+
+
+def locate(cache_dir: str | Path, net: Network, spec_path: str, gpu: str, batch: int,
+           device_name: str, compute_capability: tuple[int, int]) -> Path:
+    """Path of the manifest to use; `gpu` may be 'auto' (pick the build matching this device)."""
+    cache_dir = Path(cache_dir)
+    if gpu != "auto":
+        path = cache_dir / net.name / gpu / MANIFEST
+        if not path.is_file():
+            raise CacheError(f"no kernel cache for {net.name} on {gpu} ({path} not found); build it with: "
+                             f"{build_command(spec_path, gpu, batch)}")
+        return path
+    guess = guess_gpu_name(device_name)
+    candidates = []
+    for p in sorted((cache_dir / net.name).glob(f"*/{MANIFEST}")):
+        try:
+            cc = tuple(json.loads(p.read_text()).get("compute_capability", ()))
+        except (OSError, ValueError, AttributeError):
+            cc = ()
+        if cc == tuple(compute_capability):
+            candidates.append(p)
+    if not candidates:
+        raise CacheError(f"no kernel cache for {net.name} built for this GPU ({device_name}, compute "
+                         f"capability {compute_capability[0]}.{compute_capability[1]}) under "
+                         f"{cache_dir / net.name}; build it with: {build_command(spec_path, guess, batch)}")
+    if len(candidates) > 1:
+        named = [p for p in candidates if p.parent.name == guess]
+        if len(named) != 1:
+            raise CacheError(f"several kernel caches fit this GPU ({', '.join(p.parent.name for p in candidates)}); "
+                             f"choose one with --gpu")
+        candidates = named
+    return candidates[0]
+
+
+def load(path: str | Path, net: Network, spec_path: str, batch: int,
+         compute_capability: tuple[int, int], gpu: str | None = None) -> Cache:
+    """Read and validate a manifest; any mismatch is a CacheError naming the rebuild command."""
+    path = Path(path)
+    gpu = gpu or path.parent.name
+    fix = f"; rebuild with: {build_command(spec_path, gpu, batch)}"
+
+    def stale(msg: str) -> CacheError:
+        return CacheError(f"{path}: {msg}{fix}")
+
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CacheError(f"no kernel cache for {net.name} on {gpu} ({path} not found); build it with: "
+                         f"{build_command(spec_path, gpu, batch)}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise stale(f"cannot read: {e}") from None
+    except ValueError as e:
+        raise stale(f"not valid JSON ({e}); the build was probably interrupted") from None
+    if not isinstance(data, dict):
+        raise stale("not a manifest (top level is not a JSON object)")
+    for key, typ in (("network", str), ("compute_capability", list), ("batches", list),
+                     ("epilogue", dict), ("kernels", dict), ("layers", list)):
+        if not isinstance(data.get(key), typ):
+            raise stale(f"field '{key}' is missing or not a {typ.__name__}")
+    if data["network"] != net.name:
+        raise stale(f"built for network '{data['network']}', the spec is '{net.name}'")
+    cc = tuple(data["compute_capability"])
+    if cc != tuple(compute_capability):
+        raise stale(f"built for compute capability {'.'.join(map(str, cc))} ({data.get('arch', '?')}), "
+                    f"this GPU is {compute_capability[0]}.{compute_capability[1]}")
+    built = sorted(int(b) for b in data["batches"])
+    if batch not in built:
+        raise stale(f"no kernels for batch size {batch} (built for {', '.join(map(str, built)) or 'none'})")
+
+    convs = {c.name: c for c in net.convs}
+    layers: dict[str, dict] = {}
+    for i, layer in enumerate(data["layers"]):
+        name = layer.get("name") if isinstance(layer, dict) else None
+        if name not in convs:
+            raise stale(f"layers[{i}] names conv '{name}', which the spec {spec_path} does not have")
+        bad = _shape_mismatch(layer.get("shape") or {}, convs[name].shape)
+        if bad:
+            raise stale(f"layer '{name}' was built for another shape ({bad})")
+        for b, entry in (layer.get("batches") or {}).items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("levels"), dict):
+                raise stale(f"layer '{name}' batch {b}: no 'levels' mapping")
+            for level, choice in entry["levels"].items():
+                try:
+                    float(level)
+                except ValueError:
+                    raise stale(f"layer '{name}' batch {b}: level {level!r} is not a number") from None
+                k = choice.get("kernel") if isinstance(choice, dict) else None
+                if k not in data["kernels"]:
+                    raise stale(f"layer '{name}' batch {b} level {level}: kernel {k!r} is not in 'kernels'")
+            if "threshold" in entry and not isinstance(entry["threshold"], (int, float)):
+                raise stale(f"layer '{name}' batch {b}: threshold {entry['threshold']!r} is not a number")
+        layers[name] = layer
+
+    used = {c["kernel"] for layer in layers.values()
+            for c in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()}
+    for k in sorted(used):
+        kern = data["kernels"][k]
+        for key in ("cubin", "steps"):
+            if key not in kern:
+                raise stale(f"kernel '{k}' has no '{key}'")
+        if not Path(kern["cubin"]).is_file():
+            raise stale(f"cubin of kernel '{k}' is missing ({kern['cubin']})")
+    epi = data["epilogue"].get("cubin")
+    if not epi or not Path(epi).is_file():
+        raise stale(f"the epilogue cubin is missing ({epi})")
+    return Cache(path, data, spec_path, gpu, layers)

@@ -1,0 +1,336 @@
+"""The torch side of the runtime on the CPU: executor vs a node-by-node reference, dispatch through a
+fake cache with the pure-torch emulation of the sparse steps, weights mapping. Skips without torch."""
+import ctypes
+import math
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from codegen.spec import load_spec, parse_spec  # noqa: E402
+from runtime import executor, manifest, weights  # noqa: E402
+from runtime.errors import RunError  # noqa: E402
+from runtime.kernels import CudaBackend  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Every pattern the executor compiles, small: conv-bn-relu, maxpool into two convs, a residual block
+# with a downsample, conv with its own bias, pre-activation bn-relu on a concat, transition avgpool,
+# norm5-style bn-relu into global pooling, and a classifier with a relu between linears.
+TINY = """
+name: tiny
+input: {name: image, shape: [3, 20, 20]}
+nodes:
+  - {name: conv1, op: conv, input: image, in_channels: 3, out_channels: 8, kernel: 3, stride: 1, padding: 1, param: conv1}
+  - {name: bn1, op: batchnorm, input: conv1, channels: 8, param: bn1}
+  - {name: relu1, op: relu, input: bn1}
+  - {name: pool1, op: maxpool, input: relu1, kernel: 3, stride: 2, padding: 1}
+  - {name: b.conv1, op: conv, input: pool1, in_channels: 8, out_channels: 8, kernel: 3, padding: 1, param: b.conv1}
+  - {name: b.bn1, op: batchnorm, input: b.conv1, channels: 8, param: b.bn1}
+  - {name: b.relu1, op: relu, input: b.bn1}
+  - {name: b.conv2, op: conv, input: b.relu1, in_channels: 8, out_channels: 16, kernel: 1, param: b.conv2}
+  - {name: b.bn2, op: batchnorm, input: b.conv2, channels: 16, param: b.bn2}
+  - {name: b.down, op: conv, input: pool1, in_channels: 8, out_channels: 16, kernel: 1, param: b.down}
+  - {name: b.downbn, op: batchnorm, input: b.down, channels: 16, param: b.downbn}
+  - {name: b.add, op: add, inputs: [b.bn2, b.downbn]}
+  - {name: b.relu2, op: relu, input: b.add}
+  - {name: c.conv, op: conv, input: b.relu2, in_channels: 16, out_channels: 8, kernel: 3, padding: 1, bias: true, param: c.conv}
+  - {name: c.relu, op: relu, input: c.conv}
+  - {name: cat, op: concat, inputs: [b.relu2, c.relu]}
+  - {name: d.norm, op: batchnorm, input: cat, channels: 24, param: d.norm}
+  - {name: d.relu, op: relu, input: d.norm}
+  - {name: d.conv, op: conv, input: d.relu, in_channels: 24, out_channels: 12, kernel: 3, stride: 2, padding: 1, param: d.conv}
+  - {name: d.pool, op: avgpool, input: d.conv, kernel: 2, stride: 2}
+  - {name: e.conv, op: conv, input: cat, in_channels: 24, out_channels: 12, kernel: 1, param: e.conv}
+  - {name: e.pool, op: maxpool, input: e.conv, kernel: 4, stride: 4}
+  - {name: join, op: concat, inputs: [d.pool, e.pool]}
+  - {name: norm5, op: batchnorm, input: join, channels: 24, param: norm5}
+  - {name: relu5, op: relu, input: norm5}
+  - {name: gap, op: global_avgpool, input: relu5}
+  - {name: flat, op: flatten, input: gap}
+  - {name: fc1, op: linear, input: flat, in_features: 24, out_features: 10, param: fc1}
+  - {name: fc1.relu, op: relu, input: fc1}
+  - {name: fc2, op: linear, input: fc1.relu, in_features: 10, out_features: 5, param: fc2}
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return parse_spec(TINY, "tiny.yaml")
+
+
+def fake_cache(net, threshold=0.5, layout="CRSN", levels=(0.4, 0.6, 0.8), batch=2):
+    """A manifest.Cache over every conv, with steps the TorchBackend emulation understands."""
+    kernels, layers = {}, {}
+    for c in net.convs:
+        entry = {"threshold": threshold, "levels": {}}
+        for l in levels:
+            name = f"sconv_{c.name}_l{int(l * 100)}"
+            kernels[name] = {"cubin": "/fake.cubin", "weight_layout": layout, "workspace": {"ws_vals": 64},
+                             "steps": [{"op": "memset", "buffer": "output"},
+                                       {"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1],
+                                        "smem": 0, "args": ["input", "ws_vals", "weight", "output"]}]}
+            entry["levels"][f"{l:.2f}"] = {"kernel": name}
+        layers[c.name] = {"name": c.name, "batches": {str(batch): entry}}
+    data = {"batches": [batch], "kernels": kernels, "layers": list(layers.values()), "epilogue": {}}
+    return manifest.Cache(Path("fake/manifest.json"), data, "tiny.yaml", "fake", layers)
+
+
+def rel_err(a, b):
+    return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
+
+
+def test_executor_dense_matches_reference(tiny):
+    sd = weights.random_init(tiny, seed=1)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu")
+    x = torch.randn(2, 3, 20, 20)
+    y = ex.forward(x)
+    ref = executor.reference(tiny, sd, x.double())
+    assert y.shape == (2, 5)
+    assert rel_err(y, ref) < 1e-5
+    # conv1 reads the image: never eligible; every conv after a relu (through maxpool/concat) is
+    assert ex.eligible == {c.name for c in tiny.convs} - {"conv1"}
+    kinds = [op.kind for op in ex.ops]
+    assert "relu" in kinds                       # fc1.relu: plain torch
+    # pool1 (maxpool of a relu) and cat (read by e.conv) get a counting pass
+    assert [op.name for op in ex.ops if op.kind == "count"] == ["pool1", "cat"]
+    assert sum(1 for op in ex.ops if op.kind == "epilogue" and op.attrs.get("residual")) == 1
+
+
+def test_executor_measures_the_sparsity_of_each_conv_input(tiny):
+    sd = weights.random_init(tiny, seed=2)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", trace=True)
+    x = torch.randn(2, 3, 20, 20)
+    ex.forward(x)
+    env = executor.reference(tiny, sd, x.double(), keep_all=True)
+    by_name = {t.name: t for t in ex.last_trace}
+    assert len(ex.last_trace) == len(tiny.convs)
+    for c in tiny.convs:
+        t = by_name[c.name]
+        if c.name == "conv1":
+            assert t.sparsity is None
+            continue
+        inp = env[c.input]
+        if c.name == "e.conv":  # reads the concat directly
+            inp = env["cat"]
+        want = (inp == 0).sum().item() / inp.numel()
+        assert t.sparsity == pytest.approx(want, abs=2e-3), c.name
+        assert t.path == "dense" and t.ms is not None
+    assert 0.2 < by_name["b.conv2"].sparsity < 0.8
+
+
+@pytest.mark.parametrize("layout", ["CRSN", "NRSC", "RSCN"])
+def test_forced_sparse_runs_every_eligible_layer_and_matches(tiny, layout):
+    sd = weights.random_init(tiny, seed=3)
+    be = executor.TorchBackend(compute_dtype=torch.float64)
+    cache = fake_cache(tiny, layout=layout)
+    ex = executor.Executor(tiny, sd, be, cache, device="cpu", force="sparse", trace=True)
+    x = torch.randn(2, 3, 20, 20)
+    y = ex.forward(x)
+    ref = executor.reference(tiny, sd, x.double())
+    assert rel_err(y, ref) < 1e-5
+    sparse = [t for t in ex.last_trace if t.path == "sparse"]
+    assert {t.name for t in sparse} == ex.eligible
+    assert len(be.sparse_calls) == len(ex.eligible)
+
+
+def test_auto_dispatch_follows_threshold(tiny):
+    sd = weights.random_init(tiny, seed=4)
+    x = torch.randn(2, 3, 20, 20)
+    for threshold, want_sparse in ((0.0, True), (1.01, False)):
+        ex = executor.Executor(tiny, sd, executor.TorchBackend(), fake_cache(tiny, threshold=threshold),
+                               device="cpu", force="auto")
+        ex.forward(x)
+        for t in ex.last_trace:
+            if t.name not in ex.eligible:
+                continue
+            if want_sparse and t.sparsity >= 0.4:
+                lv = max(l for l in (0.4, 0.6, 0.8) if l <= t.sparsity)
+                assert t.kernel == f"sconv_{t.name}_l{int(lv * 100)}"
+            else:
+                assert t.path == "dense" and t.kernel is None
+
+
+def test_dense_mode_does_not_count(tiny):
+    sd = weights.random_init(tiny, seed=5)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), fake_cache(tiny), device="cpu", force="dense")
+    ex.forward(torch.randn(2, 3, 20, 20))
+    assert all(t.sparsity is None and t.path == "dense" for t in ex.last_trace)
+
+
+@pytest.mark.parametrize("spec", ["resnet50", "vgg16"])
+def test_real_specs_dense_and_sparse_match_reference(spec):
+    net = load_spec(ROOT / "network_specs" / f"{spec}.yaml")
+    sd = weights.random_init(net, seed=0)
+    x = torch.randn(1, 3, 224, 224)
+    ref = executor.reference(net, sd, x.double())
+    assert torch.isfinite(ref).all() and 1e-3 < ref.std().item() < 1e3   # random init keeps activations sane
+    ex = executor.Executor(net, sd, executor.TorchBackend(torch.float64), fake_cache(net, batch=1),
+                           device="cpu", force="sparse")
+    y = ex.forward(x)
+    assert rel_err(y, ref) < 1e-5
+    assert sum(t.path == "sparse" for t in ex.last_trace) == len(net.convs) - 1
+
+
+def test_layout_round_trip():
+    w = torch.randn(4, 3, 2, 5)
+    for layout in ("NCRS", "CRSN", "RSCN", "NRSC"):
+        v = executor.to_layout(w, layout)
+        assert v.is_contiguous()
+        assert v.shape == tuple(w.shape["NCRS".index(ch)] for ch in layout)
+        assert torch.equal(executor.from_layout(v, layout), w)
+    with pytest.raises(RunError, match="not a permutation"):
+        executor.to_layout(w, "NCHW")
+
+
+# --- weights --------------------------------------------------------------------------------------
+
+def test_state_dict_mapping_and_errors(tiny, tmp_path):
+    sd = weights.random_init(tiny, seed=0)
+    assert set(sd) == set(weights.expected(tiny))
+    got = weights.from_state_dict(tiny, {"module." + k: v for k, v in sd.items()}, "x.pth")
+    assert set(got) == set(sd)
+    bad = dict(sd)
+    del bad["b.conv1.weight"]
+    bad["fc2.weight"] = torch.zeros(3, 10)
+    with pytest.raises(RunError) as e:
+        weights.from_state_dict(tiny, bad, "x.pth")
+    msg = str(e.value)
+    assert "missing 'b.conv1.weight' (8x8x3x3)" in msg
+    assert "'fc2.weight' is 3x10, the spec needs 5x10" in msg
+    assert "\n" not in msg
+    path = tmp_path / "w.pth"
+    torch.save({"state_dict": sd}, path)
+    assert set(weights.load_file(tiny, path)) == set(sd)
+    (tmp_path / "junk.pth").write_bytes(b"not a checkpoint")
+    with pytest.raises(RunError, match="junk.pth: cannot load"):
+        weights.load_file(tiny, tmp_path / "junk.pth")
+    with pytest.raises(RunError, match="no such weights file"):
+        weights.load_file(tiny, tmp_path / "none.pth")
+
+
+def test_random_init_is_seeded(tiny):
+    a, b, c = (weights.random_init(tiny, s) for s in (7, 7, 8))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["conv1.weight"], c["conv1.weight"])
+    w = weights.random_init(load_spec(ROOT / "network_specs" / "resnet50.yaml"), 0)["layer3.0.conv2.weight"]
+    assert w.std().item() == pytest.approx(math.sqrt(2 / (256 * 9)), rel=0.05)
+
+
+# --- the CUDA backend's step runner, with a recording launcher instead of a GPU --------------------
+
+class RecordingDevice:
+    def __init__(self):
+        self.calls = []
+
+    def launch(self, cubin, name, grid, block, smem, args):
+        self.calls.append((cubin, name, list(grid), list(block), smem, args))
+
+
+def test_cuda_backend_runs_steps_in_order_with_pointer_args(tiny):
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    be = CudaBackend(dev, cache)
+    kname = next(iter(cache.data["kernels"]))
+    k = cache.data["kernels"][kname]
+    inp, w, out = torch.ones(2, 8, 4, 4), torch.ones(8, 3, 3, 8), torch.full((2, 8, 4, 4), 7.0)
+    ws = {"ws_vals": torch.empty(64, dtype=torch.uint8)}
+    be.sparse_conv(kname, k, inp, w, out, ws, None)
+    assert torch.all(out == 0)   # memset ran
+    (cubin, fn, grid, block, smem, args), = dev.calls
+    assert (cubin, fn, grid, block, smem) == ("/fake.cubin", "f", [1, 1, 1], [32, 1, 1], 0)
+    assert [v for v, _ in args] == [inp.data_ptr(), ws["ws_vals"].data_ptr(), w.data_ptr(), out.data_ptr()]
+    assert all(t is ctypes.c_void_p for _, t in args)
+    bad = dict(k, steps=[{"op": "launch", "function": "f", "grid": [1], "block": [1], "args": ["nope"]}])
+    with pytest.raises(RunError, match="argument 'nope' is no known buffer"):
+        be.sparse_conv(kname, bad, inp, w, out, ws, None)
+
+
+def test_cuda_backend_epilogue_signature(tiny):
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    be = CudaBackend(dev, cache)
+    x = torch.randn(2, 8, 5, 5).contiguous(memory_format=torch.channels_last)
+    s, t, r = torch.ones(8), torch.zeros(8), torch.randn(2, 8, 5, 5)
+    counters = torch.zeros(4, dtype=torch.int64)
+    be.epilogue(x, s, t, r, x, counters, 3, True)
+    (cubin, fn, grid, block, smem, args), = dev.calls
+    assert (cubin, fn, block, smem) == ("/e.cubin", "snn_epilogue", [256, 1, 1], 0)
+    assert grid == [math.ceil(400 / 256), 1, 1]
+    vals = [v for v, _ in args]
+    assert vals == [x.data_ptr(), s.data_ptr(), t.data_ptr(), r.data_ptr(), x.data_ptr(),
+                    counters.data_ptr() + 24, 400, 8, 1]
+    assert [ty for _, ty in args][-3:] == [ctypes.c_longlong, ctypes.c_int, ctypes.c_int]
+    be.epilogue(x, s, t, None, x, None, None, False)
+    vals = [v for v, _ in dev.calls[-1][5]]
+    assert vals[3] == 0 and vals[5] == 0 and vals[-1] == 0
+
+
+def test_calibrated_random_weights_normalise_and_depend_on_the_image(tiny):
+    sd, names, warning = weights.load(tiny, None, seed=3)
+    assert "labels mean nothing" in warning
+    seen = {}
+
+    def check(node, x):  # on the calibration images every BN now sees its own batch statistics
+        var, mean = torch.var_mean(x.double(), dim=(0, 2, 3), unbiased=False)
+        seen[node.name] = (torch.allclose(mean.float(), sd[f"{node.param}.running_mean"], atol=1e-4) and
+                           torch.allclose(var.float(), sd[f"{node.param}.running_var"], rtol=1e-3, atol=1e-6))
+
+    executor.reference(tiny, sd, weights.synthetic_images(4, tiny.input_shape, seed=3), torch.float32,
+                       on_batchnorm=check)
+    assert seen and all(seen.values())
+    y = executor.reference(tiny, sd, weights.synthetic_images(4, tiny.input_shape, seed=9).double())
+    assert torch.isfinite(y).all() and y.std(0).mean() > 1e-3   # logits differ between images
+    again, _, _ = weights.load(tiny, None, seed=3)
+    assert all(torch.equal(sd[k], again[k]) for k in sd)
+
+
+def test_session_run_batches_pads_and_skips(tiny, tmp_path):
+    """Session.run on the CPU: prefetching, a short batch padded to a built bucket, bad files skipped."""
+    Image = pytest.importorskip("PIL.Image")
+    import numpy as np
+    from runtime import images, infer
+    tiny224 = parse_spec(TINY.replace("shape: [3, 20, 20]", "shape: [3, 224, 224]"), "tiny.yaml")
+    rng = np.random.default_rng(0)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (240, 300, 3), dtype=np.uint8)).save(tmp_path / f"im{i}.png")
+    (tmp_path / "im2.png").write_bytes(b"broken")
+    (tmp_path / "x.txt").write_text("no")
+    paths, skipped = images.discover(tmp_path)
+    sd = weights.random_init(tiny224, 0)
+    cache = fake_cache(tiny224, batch=2)
+    cache.data["batches"] = [1, 3]   # 2 images run as a padded batch of 3
+    for layer in cache.layers.values():
+        layer["batches"]["3"] = layer["batches"]["2"]
+    s = object.__new__(infer.Session)
+    s.net, s.cache, s.batch, s.force, s.warning = tiny224, cache, 3, "auto", None
+    s.class_names = [f"c{i}" for i in range(5)]
+    s.torch_device = "cpu"
+    s.executor = executor.Executor(tiny224, sd, executor.TorchBackend(), cache, "cpu", "sparse", trace=True)
+    seen_batches, progress = [], []
+    orig = s.executor.forward
+    s.executor.forward = lambda x: (seen_batches.append(x.shape[0]), orig(x))[1]
+    r = s.run(paths, skipped, top=3, progress=progress.append)
+    assert [Path(p.path).name for p in r.predictions] == ["im0.png", "im1.png", "im3.png", "im4.png"]
+    assert sorted(Path(k.path).name for k in r.skipped) == ["im2.png", "x.txt"]
+    assert seen_batches == [3, 3] and progress == [3, 2]   # im0, im1 (+ broken im2) | im3, im4
+    ref = executor.reference(tiny224, sd, torch.stack([torch.from_numpy(images.preprocess(tmp_path / f"im{i}.png"))
+                                                        for i in (0, 1, 3, 4)]).double())
+    for p, row in zip(r.predictions, ref):
+        assert [i for i, _, _ in p.top] == row.topk(3).indices.tolist()
+        assert p.top[0][1] == f"c{p.top[0][0]}"
+        assert abs(sum(q for _, _, q in p.top) - torch.softmax(row, 0).topk(3).values.sum().item()) < 1e-5
+    assert r.conv_runs == 2 * len(tiny224.convs) and r.sparse_runs == 2 * (len(tiny224.convs) - 1)
+    out = tmp_path / "r.json"
+    infer.write_output(r, str(out), 3)
+    import json
+    doc = json.loads(out.read_text())
+    assert doc["summary"]["images"] == 4 and doc["summary"]["skipped"] == 2
+    infer.write_output(r, str(tmp_path / "r.csv"), 3)
+    rows = (tmp_path / "r.csv").read_text().splitlines()
+    assert rows[0].startswith("path,label1,index1,prob1,label2") and len(rows) == 5
+    assert "4 images" in infer.format_summary(r) and "2 file(s) skipped" in infer.format_summary(r)
+    assert len(infer.format_trace(r)) == 1 + len(tiny224.convs)
