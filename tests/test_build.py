@@ -361,14 +361,3 @@ def test_cli_bad_spec(cli_env, tmp_path):
     assert r.exit_code == 1 and "node 'b'" in r.output and len(r.output.strip().splitlines()) == 1
 
 
-def test_cli_missing_stages_is_a_clear_error(env, monkeypatch):
-    import builtins
-    real = builtins.__import__
-
-    def fake_import(name, *a, **kw):
-        if name == "costmodel" or name.endswith(".costmodel"):
-            raise ImportError("No module named 'codegen.costmodel'")
-        return real(name, *a, **kw)
-    monkeypatch.setattr(builtins, "__import__", fake_import)
-    r = invoke(str(env.spec), "--out", str(env.out))
-    assert r.exit_code == 1 and "needs codegen.costmodel" in r.output
