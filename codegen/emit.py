@@ -108,6 +108,7 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 
 # ---------------------------------------------------------------- renderers
 
+
 def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask") -> str:
     base = cfg.name(shape, batch)
     return base if loop == "mask" else f"{base}_{loop}"
@@ -169,3 +170,25 @@ def render_coo(shape: ConvShape, batch: int, config: KernelConfig, threads: int 
 
 def render_epilogue() -> tuple[str, str]:
     return "snn_epilogue", _env().get_template("epilogue.cu.j2").render(THREADS=256)
+
+
+def example_configs(shape: ConvShape) -> list[KernelConfig]:
+    """Two hand-picked configs per shape for tests and GPU checks (the planner picks for real).
+
+    Registers: th*tw*nt accumulators + R*S*nt weights stay well under 255. The first config splits C
+    into tiles of 32 (atomics); the second keeps all of C in one block where C <= 256 (direct store).
+    """
+    rs = shape.R * shape.S
+    if rs >= 49:
+        tiles = [(4, 4, 1), (4, 8, 1)]
+    elif rs > 1:
+        tiles = [(4, 8, 2), (7, 7, 2)]
+    else:
+        tiles = [(4, 4, 4), (7, 7, 2)]
+    out = []
+    for i, (th, tw, nt) in enumerate(tiles):
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        threads = max(32, min(128, (shape.N // nt) // 32 * 32))
+        tc = min(shape.C, 32) if i == 0 else (shape.C if shape.C <= 256 else 64)
+        out.append(KernelConfig(th, tw, tc, threads, nt))
+    return out
