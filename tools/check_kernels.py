@@ -295,9 +295,15 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
                 x = relu_input(torch, (batch, shape.H, shape.W, shape.C), level, gen)
                 out = torch.empty((batch, shape.P, shape.Q, shape.N), device="cuda")
                 buf = {"input": x, "weight": w, "output": out}
-                per = []
+                want = torch_conv64(torch, x, w, shape)
+                tol = 1e-5 * float(want.abs().max()) + 1e-5
+                per, bad = [], []
                 for k in kernels[(shape, batch)]:
+                    out.fill_(float("nan"))
                     t = time_fn(torch, lambda: drv.run_steps(k.steps, buf), flush, reps=reps)
+                    if not float((out.double() - want).abs().max()) <= tol:  # NaN fails too
+                        bad.append(k.name)
+                        continue
                     per.append((t, k.name))
                 per.sort()
                 useful = 2.0 * float((x != 0).sum()) / (shape.H * shape.W * shape.C * batch) * shape.macs * batch
@@ -307,9 +313,11 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
                        "sparse_best_us": round(t_best, 2), "best_kernel": k_best,
                        "speedup_vs_fp32": round(dense["fp32"] / t_best, 3),
                        "speedup_vs_tf32": round(dense["tf32"] / t_best, 3),
-                       "useful_tflops": round(useful / t_best / 1e6, 2), "candidates": len(per),
+                       "useful_tflops": round(useful / t_best / 1e6, 2), "candidates": len(per), "bad_kernels": bad,
                        "all_us": {n: round(t, 2) for t, n in per}}
                 rows.append(row)
+                if bad:
+                    log(f"BAD results from {bad}")
                 log(f"{label} b={batch} s={level}: sparse {t_best:.1f} us ({k_best}) | cuDNN fp32 "
                     f"{dense['fp32']:.1f} tf32 {dense['tf32']:.1f} | x{row['speedup_vs_fp32']:.2f} vs fp32, "
                     f"x{row['speedup_vs_tf32']:.2f} vs tf32")
@@ -410,6 +418,7 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
+        failed |= any(r["bad_kernels"] for r in rows)
         print(json.dumps(summary, indent=1))
     if a.mode != "sanitize":
         (a.out / f"{a.mode}.json").write_text(json.dumps(result, indent=1))
