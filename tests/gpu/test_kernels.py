@@ -1,4 +1,5 @@
 """Generated kernels on the GPU against torch in float64 (see tools/check_kernels.py)."""
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -24,9 +25,10 @@ def driver():
 
 
 def _load(driver, named_sources, tmp_path_factory):
-    cache = tmp_path_factory.getbasetemp() / "cubins"
-    for name, (cubin, rep) in ck.compile_all(named_sources, cache, "sm_%d%d" % torch.cuda.get_device_capability(),
-                                             4).items():
+    # the content-addressed cache of tools/check_kernels.py when $SNN_CACHE_DIR is set
+    cache = Path(os.environ.get("SNN_CACHE_DIR") or tmp_path_factory.getbasetemp() / "cubins")
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    for name, (cubin, rep) in ck.compile_all(named_sources, cache, arch, os.cpu_count() or 1).items():
         assert rep["spill_stores"] == rep["spill_loads"] == rep["stack"] == 0, name
         driver.load(name, cubin)
 
