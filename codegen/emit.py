@@ -1,0 +1,215 @@
+"""Render CUDA sources from the jinja2 templates in codegen/templates/.
+
+Three kernel families:
+- `render_sparse`: the sparse convolution (dense NHWC input compacted in shared memory inside the
+  conv kernel itself: no separate conversion pass, no memset when one block owns all of C).
+- `render_coo`: the standalone dense -> COO* conversion (Algorithm 1), halo duplicated per tile.
+- `render_epilogue`: scale/shift (+ residual) + ReLU + zero counter, the dense/sparse selector.
+
+Every size is a compile-time constant; the static geometry (which in-tile pixel feeds which output
+of the register tile through which filter tap) is computed here once, in `tile_taps`, and shared
+with the NumPy mirror in codegen/reference.py so both do the same index arithmetic.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import jinja2
+
+from .config import KernelConfig
+from .spec import ConvShape
+
+TEMPLATES = Path(__file__).parent / "templates"
+LOOPS = ("mask", "switch")
+STATIC_SMEM_LIMIT = 40 * 1024  # keep the staged tile under the 48 KB static limit with room to spare
+
+
+@dataclass(frozen=True)
+class EmittedKernel:
+    name: str
+    source: str
+    steps: list = field(hash=False)
+    workspace: dict = field(hash=False)
+    weight_layout: str = "CRSN"
+
+
+@lru_cache(maxsize=1)
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), undefined=jinja2.StrictUndefined,
+                              trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+
+
+# ---------------------------------------------------------------- static geometry (shared with reference.py)
+
+def in_tile(shape: ConvShape, cfg: KernelConfig) -> tuple[int, int]:
+    return cfg.in_tile(shape)
+
+
+def tile_taps(shape: ConvShape, cfg: KernelConfig) -> list[list[tuple[int, int, int]]]:
+    """For each in-tile pixel p = iy*IW + ix: the (rs, oy, ox) it feeds, rs = r*S + s.
+
+    Output (oy, ox) of the tile reads in-tile pixel (oy*sh + r, ox*sw + s); inverted here so the
+    kernel loops over pixels and every register index is a compile-time constant.
+    """
+    sh, sw = shape.stride
+    ih, iw = in_tile(shape, cfg)
+    taps = []
+    for iy in range(ih):
+        for ix in range(iw):
+            lst = []
+            for r in range(shape.R):
+                dy = iy - r
+                if dy < 0 or dy % sh or dy // sh >= cfg.th:
+                    continue
+                for s in range(shape.S):
+                    dx = ix - s
+                    if dx < 0 or dx % sw or dx // sw >= cfg.tw:
+                        continue
+                    lst.append((r * shape.S + s, dy // sh, dx // sw))
+            taps.append(lst)
+    return taps
+
+
+def chunk_channels(shape: ConvShape, cfg: KernelConfig) -> int:
+    """Channels staged in shared memory at once (KC): divides tc, <= 32, tile fits STATIC_SMEM_LIMIT."""
+    ih, iw = in_tile(shape, cfg)
+    npix = ih * iw
+    words = math.ceil(npix / 32)
+    for kc in range(min(cfg.tc, 32), 0, -1):
+        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 <= STATIC_SMEM_LIMIT:
+            return kc
+    raise ValueError(f"in-tile {ih}x{iw} too large for shared memory")
+
+
+def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
+    ih, iw = in_tile(shape, cfg)
+    g = cfg.grid(shape, batch)
+    kc = chunk_channels(shape, cfg)
+    npix = ih * iw
+    return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q,
+                R=shape.R, S=shape.S, SH=shape.stride[0], SW=shape.stride[1],
+                PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, TC=cfg.tc,
+                THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
+                NPIX=npix, NWORDS=math.ceil(npix / 32), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
+                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"])
+
+
+def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
+    if cfg.threads % 32 or not 32 <= cfg.threads <= 1024:
+        raise ValueError(f"{cfg.tag()}: threads must be a multiple of 32 in [32, 1024]")
+    if min(cfg.th, cfg.tw, cfg.tc, cfg.nt) < 1:
+        raise ValueError(f"{cfg.tag()}: tile sizes must be >= 1")
+    if cfg.th > shape.P or cfg.tw > shape.Q:
+        raise ValueError(f"{cfg.tag()}: tile larger than the {shape.P}x{shape.Q} output")
+
+
+# ---------------------------------------------------------------- renderers
+
+
+def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask") -> str:
+    base = cfg.name(shape, batch)
+    return base if loop == "mask" else f"{base}_{loop}"
+
+
+def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask") -> EmittedKernel:
+    """The fused sparse convolution for one (shape, batch, config).
+
+    loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
+    pixels with a warp-uniform bit test each; "switch": find-first-set over the mask and a jump table
+    of per-pixel bodies (cost only per non-zero, more per visit). Both keep all indices static.
+    """
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {LOOPS}")
+    check_config(shape, config)
+    g = geometry(shape, batch, config)
+    name = kernel_name(shape, batch, config, loop)
+    taps = tile_taps(shape, config)
+    pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
+    useful = [0] * g["NWORDS"]
+    for p, wd, bit, _, _ in pixels:
+        useful[wd] |= 1 << bit
+    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop,
+                                                           shape_tag=shape.tag(), cfg_tag=config.tag())
+    steps = []
+    if g["TILES_C"] > 1:  # several blocks add into one output element
+        steps.append({"op": "memset", "buffer": "output"})
+    steps.append({"op": "launch", "function": name,
+                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+                  "block": [config.threads, 1, 1], "smem": 0, "args": ["input", "weight", "output"]})
+    return EmittedKernel(name, src, steps, {}, "CRSN")
+
+
+def coo_layout(shape: ConvShape, batch: int, config: KernelConfig) -> dict:
+    """Sizes of the COO* buffers: one segment per (image, tile_h, tile_w, tile_c), dense worst case."""
+    g = geometry(shape, batch, config)
+    tiles = batch * g["TILES_H"] * g["TILES_W"] * g["TILES_C"]
+    cap = g["NPIX"] * g["TC"]
+    return {"tiles": tiles, "capacity": cap,
+            "workspace": {"coo_count": 4 * tiles, "coo_vals": 4 * tiles * cap, "coo_pos": 4 * tiles * cap}}
+
+
+def render_coo(shape: ConvShape, batch: int, config: KernelConfig, threads: int = 256) -> EmittedKernel:
+    """Standalone dense NHWC -> COO* conversion (Algorithm 1) for the tiling of `config`.
+
+    Tile t = ((b*TILES_H + th)*TILES_W + tw)*TILES_C + tc covers the in-tile (halo included) of one
+    output tile and TC channels. coo_count[t] = non-zeros; coo_vals/coo_pos[t*CAP + j] hold them in
+    (pixel, channel) order, pos = (iy*IW + ix)*TC + c_local. Written without atomics: a block owns a tile.
+    """
+    check_config(shape, config)
+    g = geometry(shape, batch, config)
+    lay = coo_layout(shape, batch, config)
+    name = f"coo_{shape.tag()}_th{config.th}tw{config.tw}tc{config.tc}_b{batch}"
+    src = _env().get_template("coo_convert.cu.j2").render(name=name, g=g, CAP=lay["capacity"], THREADS=threads)
+    steps = [{"op": "launch", "function": name, "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_C"], batch],
+              "block": [threads, 1, 1], "smem": 0, "args": ["input", "coo_count", "coo_vals", "coo_pos"]}]
+    return EmittedKernel(name, src, steps, lay["workspace"], "none")
+
+
+def render_epilogue() -> tuple[str, str]:
+    return "snn_epilogue", _env().get_template("epilogue.cu.j2").render(THREADS=256)
+
+
+def example_configs(shape: ConvShape) -> list[KernelConfig]:
+    """Two hand-picked configs per shape for tests and GPU checks (the planner picks for real).
+
+    Registers: th*tw*nt accumulators + R*S*nt weights stay well under 255. The first config splits C
+    into tiles of 32 (atomics); the second keeps all of C in one block where C <= 256 (direct store).
+    """
+    rs = shape.R * shape.S
+    if rs >= 49:
+        tiles = [(4, 4, 1), (4, 8, 1)]
+    elif rs > 1:
+        tiles = [(4, 8, 2), (7, 7, 2)]
+    else:
+        tiles = [(4, 4, 4), (7, 7, 2)]
+    out = []
+    for i, (th, tw, nt) in enumerate(tiles):
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        threads = max(32, min(128, (shape.N // nt) // 32 * 32))
+        tc = min(shape.C, 32) if i == 0 else (shape.C if shape.C <= 256 else 64)
+        out.append(KernelConfig(th, tw, tc, threads, nt))
+    return out
+
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(report: str) -> dict[str, dict[str, int]]:
+    """`nvcc -Xptxas -v` stderr -> {function: {registers, smem, stack, spill_stores, spill_loads}}."""
+    out: dict[str, dict[str, int]] = {}
+    cur = None
+    for line in report.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            cur = out.setdefault(m.group(1), {"registers": 0, "smem": 0, "stack": 0, "spill_stores": 0,
+                                              "spill_loads": 0})
+        elif cur is not None and (m := _PTXAS_FRAME.search(line)):
+            cur.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        elif cur is not None and (m := _PTXAS_USED.search(line)):
+            cur.update(registers=int(m.group(1)), smem=int(m.group(2) or 0))
+    return out

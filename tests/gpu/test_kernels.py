@@ -1,0 +1,56 @@
+"""Generated kernels on the GPU against torch in float64 (see tools/check_kernels.py)."""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cuda.bindings.driver")
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import check_kernels as ck  # noqa: E402
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")]
+
+
+@pytest.fixture(scope="module")
+def driver():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    return ck.Driver(torch)
+
+
+def _load(driver, named_sources, tmp_path_factory):
+    # the content-addressed cache of tools/check_kernels.py when $SNN_CACHE_DIR is set
+    cache = Path(os.environ.get("SNN_CACHE_DIR") or tmp_path_factory.getbasetemp() / "cubins")
+    arch = "sm_%d%d" % torch.cuda.get_device_capability()
+    for name, (cubin, rep) in ck.compile_all(named_sources, cache, arch, os.cpu_count() or 1).items():
+        assert rep["spill_stores"] == rep["spill_loads"] == rep["stack"] == 0, name
+        driver.load(name, cubin)
+
+
+def test_resnet50_sparse_kernels_match_torch(driver, tmp_path_factory):
+    items = ck.check_items()
+    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
+    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
+    bad = [r for r in rows if not r["ok"]]
+    assert len(rows) == len(items) and not bad, bad[:5]
+
+
+def test_coo_conversion_matches_reference(driver, tmp_path_factory):
+    items = ck.coo_items()
+    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
+    rows = ck.check_coo(torch, driver, items, log=lambda *_: None)
+    assert rows and all(r["ok"] for r in rows), rows
+
+
+def test_epilogue_matches_torch(driver, tmp_path_factory):
+    from codegen import emit
+    name, src = emit.render_epilogue()
+    _load(driver, {name: src}, tmp_path_factory)
+    rows = ck.check_epilogue(torch, driver, log=lambda *_: None)
+    assert rows and all(r["ok"] for r in rows), rows

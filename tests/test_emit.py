@@ -1,0 +1,135 @@
+"""Rendering contracts of codegen/emit.py, and nvcc: every kernel of ResNet-50 spill-free."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from codegen import emit
+from codegen.config import KernelConfig
+from codegen.spec import ConvShape, load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+
+
+def test_render_sparse_contract():
+    cfg = KernelConfig(7, 7, 32, 64, 2)
+    k = emit.render_sparse(S3, 1, cfg)
+    assert k.name == cfg.name(S3, 1) and k.weight_layout == "CRSN" and k.workspace == {}
+    sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
+    assert sig, "kernel must be extern C with the config name"
+    params = [p.strip() for p in sig.group(1).split(",")]
+    assert len(params) == 3 and all("*" in p for p in params)  # only pointers: sizes are constants
+    # 256 channels in tiles of 32: partial sums meet in atomics on a zeroed output
+    assert k.steps[0] == {"op": "memset", "buffer": "output"}
+    launch = k.steps[1]
+    assert launch["function"] == k.name and launch["args"] == ["input", "weight", "output"]
+    assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
+    assert "atomicAdd(dst" in k.source and "#define NPIX 81" in k.source
+
+
+def test_one_channel_tile_stores_directly_without_memset():
+    k = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2))
+    assert [s["op"] for s in k.steps] == ["launch"]
+    assert k.steps[0]["grid"] == [4 * 2, 1, 8]
+    assert "atomicAdd(dst" not in k.source and "*dst = acc" in k.source
+
+
+def test_switch_variant_has_own_name_and_drops_dead_pixels():
+    shape = ConvShape(64, 64, 10, 10, 1, 1, (2, 2), (0, 0))
+    cfg = KernelConfig(2, 2, 32, 64, 1)
+    k = emit.render_sparse(shape, 1, cfg, loop="switch")
+    assert k.name.endswith("_switch") and k.name != emit.render_sparse(shape, 1, cfg).name
+    # in-tile 3x3, only pixels 0, 2, 6, 8 feed an output of a 1x1 stride-2 conv
+    assert "& 325u" in k.source
+    with pytest.raises(ValueError):
+        emit.render_sparse(shape, 1, cfg, loop="nope")
+
+
+def test_bad_configs_are_refused():
+    with pytest.raises(ValueError, match="threads"):
+        emit.render_sparse(S3, 1, KernelConfig(4, 4, 32, 48, 1))
+    with pytest.raises(ValueError, match="larger than"):
+        emit.render_sparse(S3, 1, KernelConfig(16, 4, 32, 64, 1))
+
+
+def test_guards_only_where_needed():
+    ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (1, 1), (1, 1)), 1, KernelConfig(4, 4, 20, 32, 1))
+    assert "if (p0 + i >= P) break;" in ragged.source and "if (n >= N) continue;" in ragged.source
+    assert "reinterpret_cast<const float4*>(in_b" in ragged.source  # C % 4 == 0 and KC = 20: 16-byte loads
+    odd_c = emit.render_sparse(ConvShape(3, 64, 20, 20, 7, 7, (2, 2), (3, 3)), 1, KernelConfig(4, 4, 3, 64, 1))
+    assert "reinterpret_cast<const float4*>(in_b" not in odd_c.source  # C = 3: scalar input loads
+    exact = emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 128, 2))
+    assert "p0 + i >= P" not in exact.source and "n >= N" not in exact.source
+
+
+def test_render_coo_and_epilogue():
+    cfg = KernelConfig(4, 4, 32, 64, 1)
+    k = emit.render_coo(S3, 2, cfg)
+    lay = emit.coo_layout(S3, 2, cfg)
+    assert k.workspace == lay["workspace"] and lay["tiles"] == 2 * 4 * 4 * 8
+    assert k.steps[0]["args"] == ["input", "coo_count", "coo_vals", "coo_pos"]
+    name, src = emit.render_epilogue()
+    assert name == "snn_epilogue"
+    flat = " ".join(src.split())
+    assert ('extern "C" __global__ void __launch_bounds__(1024) snn_epilogue(const float* in, const float* scale, '
+            'const float* shift, const float* residual, float* out, unsigned long long* zeros, long long total, '
+            'int C, int relu)') in flat
+    assert "float4" in src and "atomicAdd(zeros" in src
+
+
+def test_parse_ptxas():
+    rep = ("ptxas info    : Compiling entry function 'k1' for 'sm_90'\nptxas info    : Function properties for k1\n"
+           "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
+           "ptxas info    : Used 161 registers, used 1 barriers, 10752 bytes smem\n")
+    assert emit.parse_ptxas(rep) == {"k1": {"registers": 161, "smem": 10752, "stack": 8, "spill_stores": 4,
+                                            "spill_loads": 12}}
+
+
+# ------------------------------------------------------------------ nvcc
+
+def _kernels():
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    shapes = net.conv_shapes()
+    ks = [emit.render_sparse(sh, 1, cfg) for sh in shapes for cfg in emit.example_configs(sh)]
+    # the other pixel loop and a larger batch on one shape of each kind
+    for sh in shapes[:4]:
+        ks.append(emit.render_sparse(sh, 32, emit.example_configs(sh)[0], loop="switch"))
+    ks.append(emit.render_coo(shapes[3], 1, emit.example_configs(shapes[3])[0]))
+    return ks
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
+def test_resnet50_kernels_compile_without_spills():
+    kernels = _kernels()
+    epi = emit.render_epilogue()
+    sources = [k.source for k in kernels] + [epi[1]]
+    names = {k.name for k in kernels} | {epi[0]}
+    assert len(names) == len(sources)
+    jobs = max(1, min(16, os.cpu_count() or 1))
+    # several kernels per translation unit (each template #undefs its constants), one unit per core,
+    # balanced longest-first by source length (a proxy for ptxas time: the unrolled pixel bodies)
+    units = [[] for _ in range(jobs)]
+    for src in sorted(sources, key=len, reverse=True):
+        min(units, key=lambda u: sum(map(len, u))).append(src)
+    with tempfile.TemporaryDirectory() as tmp:
+        def compile_unit(i):
+            cu = Path(tmp) / f"unit{i}.cu"
+            cu.write_text("\n".join(units[i]))
+            r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v",
+                                str(cu), "-o", str(cu.with_suffix(".cubin"))], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-3000:]
+            return emit.parse_ptxas(r.stderr)
+        report = {}
+        with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
+            for part in ex.map(compile_unit, range(jobs)):
+                report.update(part)
+    assert set(report) == names
+    bad = {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+    assert not bad, f"kernels with stack or spills: {bad}"
+    assert all(0 < r["registers"] <= 255 for r in report.values())

@@ -1,0 +1,116 @@
+"""The NumPy mirror of the kernels' index arithmetic against a direct float64 convolution."""
+import numpy as np
+import pytest
+
+from codegen import emit
+from codegen import reference as ref
+from codegen.config import KernelConfig
+from codegen.spec import ConvShape
+
+# (C, N, H, W, R, S, stride, pad), batch, config(th, tw, tc, threads, nt)
+CASES = [
+    ((16, 24, 9, 11, 3, 3, 1, 1), 2, (4, 4, 8, 32, 1)),      # odd H/W, channel tiles, B > 1
+    ((16, 24, 9, 11, 3, 3, 2, 1), 2, (2, 3, 8, 32, 1)),      # stride 2
+    ((20, 40, 7, 7, 1, 1, 1, 0), 1, (3, 4, 16, 32, 2)),      # 1x1, C not a multiple of tc, N of 32*nt
+    ((12, 16, 10, 10, 1, 1, 2, 0), 3, (2, 2, 12, 32, 1)),    # 1x1 stride 2 (skipped halo pixels)
+    ((3, 8, 15, 13, 7, 7, 2, 3), 1, (2, 3, 4, 32, 1)),       # 7x7 stride 2, C=3 < tc
+    ((8, 8, 6, 6, 3, 3, 1, 0), 1, (4, 4, 8, 32, 1)),         # no padding, whole C in one tile
+    ((40, 8, 5, 5, 3, 3, 1, 2), 2, (3, 2, 40, 32, 1)),       # padding 2, KC chunks (40 -> 20)
+    ((6, 33, 8, 9, 3, 3, (1, 2), (0, 1)), 1, (3, 3, 6, 32, 1)),  # asymmetric stride/pad
+]
+
+
+def _shape(c):
+    C, N, H, W, R, S, st, pd = c
+    st = st if isinstance(st, tuple) else (st, st)
+    pd = pd if isinstance(pd, tuple) else (pd, pd)
+    return ConvShape(C, N, H, W, R, S, st, pd)
+
+
+@pytest.mark.parametrize("sparsity", [0.0, 0.6, 0.99])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "x".join(map(str, c[0][:6])) + f"_b{c[1]}")
+def test_fused_and_coo_match_direct(case, sparsity):
+    dims, batch, cfg = case
+    shape, cfg = _shape(dims), KernelConfig(*cfg)
+    rng = np.random.default_rng(hash((dims, sparsity)) % 2**32)
+    x = ref.relu_sparse_input(rng, (batch, shape.H, shape.W, shape.C), sparsity)
+    w = rng.standard_normal((shape.C, shape.R, shape.S, shape.N)).astype(np.float32)
+    want = ref.conv2d_direct(x, w, shape)
+    assert want.shape == (batch, shape.P, shape.Q, shape.N)
+    got = ref.sparse_conv_fused(x, w, shape, cfg)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+    count, vals, pos = ref.coo_convert(x, shape, cfg)
+    got2 = ref.sparse_conv_coo(count, vals, pos, w, shape, batch, cfg)
+    np.testing.assert_allclose(got2, want, rtol=1e-9, atol=1e-9)
+
+
+def test_sparsity_zero_means_dense_work_and_all_zero_input_gives_zero():
+    shape, cfg = _shape((8, 8, 6, 6, 3, 3, 1, 1)), KernelConfig(3, 3, 8, 32, 1)
+    x = np.zeros((1, 6, 6, 8), np.float32)
+    w = np.ones((8, 3, 3, 8), np.float32)
+    assert not ref.sparse_conv_fused(x, w, shape, cfg).any()
+    count, _, _ = ref.coo_convert(x, shape, cfg)
+    assert not count.any()
+
+
+def test_coo_layout():
+    """Counts, dense-worst-case capacity, (pixel, channel) order, halo duplicated across tiles."""
+    shape, cfg = _shape((10, 4, 7, 9, 3, 3, 1, 1)), KernelConfig(3, 4, 8, 32, 1)
+    rng = np.random.default_rng(1)
+    x = ref.relu_sparse_input(rng, (2, 7, 9, 10), 0.5)
+    count, vals, pos = ref.coo_convert(x, shape, cfg)
+    g = emit.geometry(shape, 2, cfg)
+    lay = emit.coo_layout(shape, 2, cfg)
+    assert lay["capacity"] == g["IH"] * g["IW"] * g["TC"] == 5 * 6 * 8
+    assert len(count) == lay["tiles"] == 2 * 3 * 3 * 2
+    assert lay["workspace"]["coo_vals"] == 4 * lay["tiles"] * lay["capacity"]
+    for t in range(len(count)):
+        p = pos[t, :count[t]].astype(np.int64)
+        assert (np.diff(p) > 0).all()               # deterministic (pixel, channel) order
+        assert (vals[t, :count[t]] != 0).all()
+    # Decode every non-zero of every tile back to its NHWC coordinate: it must hold that value.
+    seen = np.zeros(x.shape, bool)
+    for t in range(len(count)):
+        rest, tc = divmod(t, g["TILES_C"])
+        b, thw = divmod(rest, g["TILES_H"] * g["TILES_W"])
+        th, tw = divmod(thw, g["TILES_W"])
+        for j in range(count[t]):
+            pix, cl = divmod(int(pos[t, j]), g["TC"])
+            h, w_ = th * cfg.th - 1 + pix // g["IW"], tw * cfg.tw - 1 + pix % g["IW"]
+            assert x[b, h, w_, tc * g["TC"] + cl] == vals[t, j]
+            seen[b, h, w_, tc * g["TC"] + cl] = True
+    assert (seen == (x != 0)).all()
+    # Halo duplicated: the total stored exceeds the non-zeros of the tensor.
+    assert count.sum() > np.count_nonzero(x)
+
+
+@pytest.mark.parametrize("dims,cfg", [((4, 4, 9, 9, 3, 3, 1, 1), (4, 4, 4, 32, 1)),
+                                      ((4, 4, 9, 9, 3, 3, 2, 1), (2, 3, 4, 32, 1)),
+                                      ((4, 4, 9, 9, 7, 7, 2, 3), (2, 2, 4, 32, 1)),
+                                      ((4, 4, 9, 9, 1, 1, 2, 0), (3, 3, 4, 32, 1))])
+def test_tile_taps_cover_each_output_tap_once(dims, cfg):
+    shape, cfg = _shape(dims), KernelConfig(*cfg)
+    taps = emit.tile_taps(shape, cfg)
+    ih, iw = cfg.in_tile(shape)
+    assert len(taps) == ih * iw
+    got = sorted((rs, oy, ox) for lst in taps for rs, oy, ox in lst)
+    want = sorted((r * shape.S + s, oy, ox) for r in range(shape.R) for s in range(shape.S)
+                  for oy in range(cfg.th) for ox in range(cfg.tw))
+    assert got == want
+    for p, lst in enumerate(taps):  # and each tap reads the right pixel
+        for rs, oy, ox in lst:
+            r, s = divmod(rs, shape.S)
+            assert p == (oy * shape.stride[0] + r) * iw + ox * shape.stride[1] + s
+
+
+def test_epilogue_mirror():
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((2, 3, 3, 8))
+    scale, shift = rng.standard_normal(8), rng.standard_normal(8)
+    res = rng.standard_normal(x.shape)
+    out, zeros = ref.epilogue(x, scale, shift, res, relu=True)
+    want = np.maximum(x * scale + shift + res, 0)
+    np.testing.assert_allclose(out, want)
+    assert zeros == np.count_nonzero(want == 0) > 0
+    out2, _ = ref.epilogue(x, scale, shift, None, relu=False)
+    assert (out2 < 0).any()

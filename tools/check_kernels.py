@@ -1,0 +1,430 @@
+#!/usr/bin/env python3
+"""GPU check and micro-benchmark of the generated kernels, independent of runtime/.
+
+Renders kernels with codegen/emit.py, compiles them with nvcc (content-addressed cubin cache),
+loads them with cuda-python (cuModuleLoadData / cuModuleGetFunction / cuLaunchKernel on torch's
+current stream; torch tensors own all memory) and
+  check    compares every kernel against torch conv2d in float64 (outputs poisoned with NaN first,
+           inputs ReLU-like with sparsity drawn from 0.4-0.95, never all zero), the COO* conversion
+           against codegen/reference.py, and the epilogue against torch;
+  bench    times the sparse path (its steps: memset + launch) against cuDNN FP32 and TF32, L2
+           flushed before every run, CUDA events, median of many runs, several configs per layer;
+  sanitize runs `check` on a few kernels under compute-sanitizer memcheck.
+
+    PYTHONPATH=. python tools/check_kernels.py all --out docs/results/kernels
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import ctypes
+import hashlib
+import json
+import math
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from codegen import emit  # noqa: E402
+from codegen import reference as ref  # noqa: E402
+from codegen.config import KernelConfig  # noqa: E402
+from codegen.spec import ConvShape, load_spec  # noqa: E402
+
+NVCC_FLAGS = ["-O3", "-std=c++17", "-Xptxas", "-v"]
+
+# The eight layers of issue 7 (3x3, stride 1, pad 1).
+BENCH_LAYERS = [("resnet152 64->64 @56", 64, 64, 56), ("resnet152 128->128 @28", 128, 128, 28),
+                ("resnet152 256->256 @14", 256, 256, 14), ("resnet152 512->512 @7", 512, 512, 7),
+                ("densenet201 128->32 @56", 128, 32, 56), ("densenet201 128->32 @28", 128, 32, 28),
+                ("densenet201 128->32 @14", 128, 32, 14), ("densenet201 128->32 @7", 128, 32, 7)]
+
+
+# ------------------------------------------------------------------ compile
+
+def nvcc_version() -> str:
+    out = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out else "?"
+
+
+def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> dict[str, tuple[bytes, dict]]:
+    """name -> (cubin, ptxas report of that function); cached by hash of source, flags, arch, nvcc."""
+    cache.mkdir(parents=True, exist_ok=True)
+    ver = nvcc_version()
+
+    def one(item):
+        name, src = item
+        key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), ver]).encode()).hexdigest()[:24]
+        cub, rep = cache / f"{key}.cubin", cache / f"{key}.ptxas"
+        if not (cub.exists() and rep.exists()):
+            with tempfile.TemporaryDirectory() as tmp:
+                cu = Path(tmp) / f"{name}.cu"
+                cu.write_text(src)
+                r = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", *NVCC_FLAGS, str(cu), "-o", str(cu) + "bin"],
+                                   capture_output=True, text=True)
+                if r.returncode:
+                    raise RuntimeError(f"nvcc failed on {name}:\n{r.stderr[-2000:]}")
+                rep.write_text(r.stderr)
+                os.replace(str(cu) + "bin", cub)
+        report = emit.parse_ptxas(rep.read_text()).get(name, {})
+        return name, (cub.read_bytes(), report)
+
+    with ThreadPoolExecutor(jobs) as ex:
+        return dict(ex.map(one, sources.items()))
+
+
+# ------------------------------------------------------------------ launching through the driver API
+
+class Driver:
+    def __init__(self, torch):
+        from cuda.bindings import driver as cu
+        self.cu, self.torch = cu, torch
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # torch creates and makes current the primary context
+        self._check(cu.cuInit(0))
+        self.modules, self.functions = {}, {}
+
+    def _check(self, res):
+        err = res[0] if isinstance(res, tuple) else res
+        if err != self.cu.CUresult.CUDA_SUCCESS:
+            raise RuntimeError(f"CUDA driver error {err}")
+        return res[1] if isinstance(res, tuple) and len(res) == 2 else res
+
+    def load(self, name: str, cubin: bytes):
+        if name not in self.functions:
+            mod = self._check(self.cu.cuModuleLoadData(cubin))
+            self.modules[name] = mod
+            self.functions[name] = self._check(self.cu.cuModuleGetFunction(mod, name.encode()))
+        return self.functions[name]
+
+    def stream(self):
+        return self.cu.CUstream(self.torch.cuda.current_stream().cuda_stream)
+
+    def launch(self, name, grid, block, smem, args):
+        """args: torch tensors (pointer), or (value, numpy dtype) for scalars; None is a null pointer."""
+        keep = []
+        for a in args:
+            if a is None:
+                keep.append(np.array([0], dtype=np.uint64))
+            elif isinstance(a, tuple):
+                keep.append(np.array([a[0]], dtype=a[1]))
+            else:
+                keep.append(np.array([a.data_ptr()], dtype=np.uint64))
+        params = np.array([k.ctypes.data for k in keep], dtype=np.uint64)
+        self._check(self.cu.cuLaunchKernel(self.functions[name], *grid, *block, smem, self.stream(),
+                                           params.ctypes.data, 0))
+
+    def run_steps(self, steps, buffers):
+        for st in steps:
+            if st["op"] == "memset":
+                t = buffers[st["buffer"]]
+                self._check(self.cu.cuMemsetD32Async(t.data_ptr(), 0, t.numel() * t.element_size() // 4,
+                                                     self.stream()))
+            elif st["op"] == "launch":
+                self.launch(st["function"], st["grid"], st["block"], st["smem"], [buffers[a] for a in st["args"]])
+            else:
+                raise ValueError(st)
+
+
+# ------------------------------------------------------------------ data
+
+def relu_input(torch, shape_bhwc, sparsity, gen):
+    x = torch.rand(shape_bhwc, generator=gen, device="cuda") + 0.05
+    x = torch.where(torch.rand(shape_bhwc, generator=gen, device="cuda") < sparsity, torch.zeros_like(x), x)
+    if not bool((x != 0).any()):
+        x.view(-1)[0] = 1.0  # never all zero
+    return x.contiguous()
+
+
+def torch_conv64(torch, x_bhwc, w_crsn, shape: ConvShape):
+    F = torch.nn.functional
+    x = x_bhwc.double().permute(0, 3, 1, 2)
+    w = w_crsn.double().permute(3, 0, 1, 2)  # CRSN -> NCRS
+    y = F.conv2d(x, w, stride=shape.stride, padding=shape.padding)
+    return y.permute(0, 2, 3, 1).contiguous()
+
+
+# ------------------------------------------------------------------ check
+
+def check_kernels(torch, drv, items, seed=0, log=print):
+    """items: list of (EmittedKernel, shape, batch). Returns rows of results."""
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(seed)
+    rows = []
+    for k, shape, batch in items:
+        sp = 0.4 + 0.55 * float(torch.rand(1, generator=gen, device="cuda"))
+        x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sp, gen)
+        w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
+        out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda")
+        drv.run_steps(k.steps, {"input": x, "weight": w, "output": out})
+        torch.cuda.synchronize()
+        want = torch_conv64(torch, x, w, shape)
+        err = float((out.double() - want).abs().max())
+        scale = float(want.abs().max())
+        nan = int(torch.isnan(out).sum())
+        ok = nan == 0 and err <= 1e-5 * scale + 1e-5
+        rows.append({"kernel": k.name, "batch": batch, "sparsity": round(sp, 3), "max_abs_err": err,
+                     "max_abs_ref": scale, "nan": nan, "ok": ok})
+        log(f"{'ok ' if ok else 'BAD'} {k.name} sparsity={sp:.2f} err={err:.2e} ref={scale:.1f} nan={nan}")
+    return rows
+
+
+def check_coo(torch, drv, items, seed=1, log=print):
+    rows = []
+    rng = np.random.default_rng(seed)
+    for k, shape, batch, cfg in items:
+        x_np = ref.relu_sparse_input(rng, (batch, shape.H, shape.W, shape.C), 0.7)
+        x = torch.from_numpy(x_np).cuda()
+        lay = emit.coo_layout(shape, batch, cfg)
+        cnt = torch.full((lay["tiles"],), -1, dtype=torch.int32, device="cuda")
+        vals = torch.full((lay["tiles"], lay["capacity"]), float("nan"), device="cuda")
+        pos = torch.full((lay["tiles"], lay["capacity"]), -1, dtype=torch.int32, device="cuda")
+        drv.run_steps(k.steps, {"input": x, "coo_count": cnt, "coo_vals": vals, "coo_pos": pos})
+        torch.cuda.synchronize()
+        c_ref, v_ref, p_ref = ref.coo_convert(x_np, shape, cfg)
+        c_gpu, v_gpu, p_gpu = cnt.cpu().numpy(), vals.cpu().numpy(), pos.cpu().numpy().view(np.uint32)
+        ok = bool((c_gpu == c_ref).all())
+        if ok:
+            for t in range(len(c_ref)):
+                n = c_ref[t]
+                ok &= bool((v_gpu[t, :n] == v_ref[t, :n]).all() and (p_gpu[t, :n] == p_ref[t, :n]).all())
+        rows.append({"kernel": k.name, "batch": batch, "tiles": lay["tiles"], "nonzeros": int(c_ref.sum()), "ok": ok})
+        log(f"{'ok ' if ok else 'BAD'} {k.name} tiles={lay['tiles']} nnz={int(c_ref.sum())}")
+    return rows
+
+
+def check_epilogue(torch, drv, log=print):
+    rows = []
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(2)
+    for C, total_px, residual, relu, alias in [(64, 3 * 56 * 56, True, True, False), (64, 1000, False, True, True),
+                                              (3, 777, True, False, False), (30, 49, False, True, False)]:
+        x = torch.randn(total_px * C, generator=gen, device="cuda")
+        scale, shift = torch.randn(C, generator=gen, device="cuda"), torch.randn(C, generator=gen, device="cuda")
+        res = torch.randn(total_px * C, generator=gen, device="cuda") if residual else None
+        want = x.view(-1, C) * scale + shift
+        if residual:
+            want = want + res.view(-1, C)
+        if relu:
+            want = want.clamp_min(0)
+        want = want.reshape(-1)
+        out = x if alias else torch.full_like(x, float("nan"))
+        zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+        blocks = min(1024, math.ceil(x.numel() / 256))
+        drv.launch("snn_epilogue", (blocks, 1, 1), (256, 1, 1), 0,
+                   [x, scale, shift, res, out, zeros, (x.numel(), np.int64), (C, np.int32), (int(relu), np.int32)])
+        torch.cuda.synchronize()
+        err = float((out - want).abs().max())
+        nz = int((out == 0).sum())
+        ok = err < 1e-5 and int(zeros.item()) == nz and (not relu or nz > 0)
+        rows.append({"C": C, "elements": x.numel(), "residual": residual, "relu": relu, "alias": alias,
+                     "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz, "ok": ok})
+        log(f"{'ok ' if ok else 'BAD'} epilogue C={C} n={x.numel()} res={residual} relu={relu} alias={alias} "
+            f"err={err:.1e} zeros={int(zeros.item())}/{nz}")
+    return rows
+
+
+# ------------------------------------------------------------------ bench
+
+def time_fn(torch, fn, flush, warmup=5, reps=30):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(reps):
+        flush.zero_()  # evict L2 (50 MB on H100) so every run starts cold, like one layer of a network
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0)
+    return statistics.median(times)
+
+
+def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7)]
+    ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1)]
+    tcs = [16, 32, shape.C] if batch == 1 else [32, min(shape.C, 128)]  # the set of docs/results/kernels/run1
+    out = []
+    for th, tw in tiles:
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        for threads, nt in ntb:
+            if threads * nt > max(shape.N, 32) or th * tw * nt > 112:
+                continue
+            for tc in tcs:
+                if tc <= shape.C:
+                    out.append(KernelConfig(th, tw, tc, threads, nt))
+    return sorted(set(out))
+
+
+def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
+    F = torch.nn.functional
+    # 256 MB: zeroing it evicts L2 and keeps the GPU busy ~90 us, longer than the host needs to queue
+    # the timed launch, so host launch latency does not land inside the events.
+    flush = torch.empty(256 * 1024 * 1024 // 4, device="cuda")
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(3)
+    rows = []
+    for label, shape in layers:
+        for batch in batches:
+            w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
+            w_ncrs = w.permute(3, 0, 1, 2).contiguous()
+            xd = torch.randn((batch, shape.C, shape.H, shape.W), generator=gen, device="cuda").clamp_min(0)
+            dense = {}
+            for tf32 in (False, True):
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                torch.backends.cudnn.allow_tf32 = tf32
+                best = math.inf
+                for fmt in (torch.contiguous_format, torch.channels_last):
+                    xi, wi = xd.contiguous(memory_format=fmt), w_ncrs.contiguous(memory_format=fmt)
+                    best = min(best, time_fn(torch, lambda: F.conv2d(xi, wi, stride=shape.stride,
+                                                                     padding=shape.padding), flush, reps=reps))
+                dense["tf32" if tf32 else "fp32"] = best
+            torch.backends.cudnn.allow_tf32 = False
+            for level in levels:
+                x = relu_input(torch, (batch, shape.H, shape.W, shape.C), level, gen)
+                out = torch.empty((batch, shape.P, shape.Q, shape.N), device="cuda")
+                buf = {"input": x, "weight": w, "output": out}
+                want = torch_conv64(torch, x, w, shape)
+                tol = 1e-5 * float(want.abs().max()) + 1e-5
+                per, bad = [], []
+                for k in kernels[(shape, batch)]:
+                    out.fill_(float("nan"))
+                    t = time_fn(torch, lambda: drv.run_steps(k.steps, buf), flush, reps=reps)
+                    if not float((out.double() - want).abs().max()) <= tol:  # NaN fails too
+                        bad.append(k.name)
+                        continue
+                    per.append((t, k.name))
+                per.sort()
+                useful = 2.0 * float((x != 0).sum()) / (shape.H * shape.W * shape.C * batch) * shape.macs * batch
+                t_best, k_best = per[0]
+                row = {"layer": label, "shape": shape.tag(), "batch": batch, "sparsity": level,
+                       "cudnn_fp32_us": round(dense["fp32"], 2), "cudnn_tf32_us": round(dense["tf32"], 2),
+                       "sparse_best_us": round(t_best, 2), "best_kernel": k_best,
+                       "speedup_vs_fp32": round(dense["fp32"] / t_best, 3),
+                       "speedup_vs_tf32": round(dense["tf32"] / t_best, 3),
+                       "useful_tflops": round(useful / t_best / 1e6, 2), "candidates": len(per), "bad_kernels": bad,
+                       "all_us": {n: round(t, 2) for t, n in per}}
+                rows.append(row)
+                if bad:
+                    log(f"BAD results from {bad}")
+                log(f"{label} b={batch} s={level}: sparse {t_best:.1f} us ({k_best}) | cuDNN fp32 "
+                    f"{dense['fp32']:.1f} tf32 {dense['tf32']:.1f} | x{row['speedup_vs_fp32']:.2f} vs fp32, "
+                    f"x{row['speedup_vs_tf32']:.2f} vs tf32")
+    return rows
+
+
+# ------------------------------------------------------------------ main
+
+def check_items(batches_extra=(3,)):
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    items = []
+    for sh in net.conv_shapes():
+        for i, cfg in enumerate(emit.example_configs(sh)):
+            for loop in emit.LOOPS:
+                items.append((emit.render_sparse(sh, 1, cfg, loop=loop), sh, 1))
+            if i == 0:
+                for b in batches_extra:
+                    items.append((emit.render_sparse(sh, b, cfg), sh, b))
+    return items
+
+
+def coo_items():
+    out = []
+    for sh, cfg in [(ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 32, 64, 1)),
+                    (ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)), KernelConfig(4, 4, 3, 64, 1)),
+                    (ConvShape(256, 512, 56, 56, 1, 1, (2, 2), (0, 0)), KernelConfig(7, 7, 64, 128, 1)),
+                    (ConvShape(20, 8, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 16, 32, 1))]:
+        for b in (1, 2):
+            out.append((emit.render_coo(sh, b, cfg), sh, b, cfg))
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["check", "bench", "sanitize", "all", "compile"])
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "kernels")
+    ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SNN_CACHE_DIR", "~/.cache/snn/cubins")).expanduser())
+    ap.add_argument("--arch", default="sm_90")
+    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--limit", type=int, default=0, help="check only the first N kernels (sanitize uses this)")
+    ap.add_argument("--batches", default="1,32")
+    ap.add_argument("--levels", default="0.5,0.7,0.9,0.99")
+    ap.add_argument("--reps", type=int, default=30)
+    a = ap.parse_args(argv)
+    a.out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+
+    items = check_items()
+    coo = coo_items()
+    batches = [int(b) for b in a.batches.split(",")]
+    levels = [float(v) for v in a.levels.split(",")]
+    layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
+    bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
+                         for loop in emit.LOOPS] for _, sh in layers for b in batches}
+    if a.limit:
+        items, coo = items[:a.limit], coo[:2]
+    sources = {k.name: k.source for k, *_ in items + coo}
+    if a.mode in ("bench", "all", "compile"):
+        sources.update({k.name: k.source for ks in bench_k.values() for k in ks})
+    sources["snn_epilogue"] = emit.render_epilogue()[1]
+    binaries = compile_all(sources, a.cache, a.arch, a.jobs)
+    spills = {n: r for n, (_, r) in binaries.items() if r.get("stack") or r.get("spill_stores") or r.get("spill_loads")}
+    print(f"compiled/cached {len(binaries)} kernels in {time.time() - t0:.1f}s; with spills/stack: {len(spills)}",
+          flush=True)
+    if a.mode == "compile":
+        return 0
+    import torch
+    drv = Driver(torch)
+    for n, (cub, _) in binaries.items():
+        drv.load(n, cub)
+    result = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "cudnn": torch.backends.cudnn.version(), "nvcc": nvcc_version(), "arch": a.arch,
+              "command": " ".join(["python", "tools/check_kernels.py", *(argv or sys.argv[1:])]),
+              "ptxas": {n: r for n, (_, r) in binaries.items()}, "spills": spills}
+    failed = bool(spills)
+    if a.mode in ("check", "all", "sanitize"):
+        result["check"] = check_kernels(torch, drv, items)
+        result["coo"] = check_coo(torch, drv, coo)
+        result["epilogue"] = check_epilogue(torch, drv)
+        bad = [r for part in ("check", "coo", "epilogue") for r in result[part] if not r["ok"]]
+        print(f"check: {sum(len(result[p]) for p in ('check', 'coo', 'epilogue')) - len(bad)} ok, {len(bad)} bad",
+              flush=True)
+        failed |= bool(bad)
+    if a.mode in ("bench", "all"):
+        torch.backends.cudnn.benchmark = True
+        rows = bench(torch, drv, bench_k, layers, batches, levels, reps=a.reps)
+        result["bench"] = rows
+        with open(a.out / "bench.csv", "w", newline="") as f:
+            wr = csv.DictWriter(f, fieldnames=[k for k in rows[0] if k != "all_us"])
+            wr.writeheader()
+            for r in rows:
+                wr.writerow({k: v for k, v in r.items() if k != "all_us"})
+        summary = {}
+        for b in batches:
+            for lv in levels:
+                sel = [r for r in rows if r["batch"] == b and r["sparsity"] == lv]
+                summary[f"b{b}_s{lv}"] = {
+                    "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
+                    "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
+        result["summary"] = summary
+        failed |= any(r["bad_kernels"] for r in rows)
+        print(json.dumps(summary, indent=1))
+    if a.mode != "sanitize":
+        (a.out / f"{a.mode}.json").write_text(json.dumps(result, indent=1))
+    print(f"done in {time.time() - t0:.1f}s, {'FAILED' if failed else 'all ok'}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
