@@ -13,7 +13,6 @@ with the NumPy mirror in codegen/reference.py so both do the same index arithmet
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -192,24 +191,4 @@ def example_configs(shape: ConvShape) -> list[KernelConfig]:
         threads = max(32, min(128, (shape.N // nt) // 32 * 32))
         tc = min(shape.C, 32) if i == 0 else (shape.C if shape.C <= 256 else 64)
         out.append(KernelConfig(th, tw, tc, threads, nt))
-    return out
-
-
-_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
-_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-
-
-def parse_ptxas(report: str) -> dict[str, dict[str, int]]:
-    """`nvcc -Xptxas -v` stderr -> {function: {registers, smem, stack, spill_stores, spill_loads}}."""
-    out: dict[str, dict[str, int]] = {}
-    cur = None
-    for line in report.splitlines():
-        if m := _PTXAS_ENTRY.search(line):
-            cur = out.setdefault(m.group(1), {"registers": 0, "smem": 0, "stack": 0, "spill_stores": 0,
-                                              "spill_loads": 0})
-        elif cur is not None and (m := _PTXAS_FRAME.search(line)):
-            cur.update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
-        elif cur is not None and (m := _PTXAS_USED.search(line)):
-            cur.update(registers=int(m.group(1)), smem=int(m.group(2) or 0))
     return out

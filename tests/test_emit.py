@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from codegen import emit
+from codegen.ptxas import parse_ptxas
 from codegen.config import KernelConfig
 from codegen.spec import ConvShape, load_spec
 
@@ -83,14 +84,6 @@ def test_render_coo_and_epilogue():
     assert "float4" in src and "atomicAdd(zeros" in src
 
 
-def test_parse_ptxas():
-    rep = ("ptxas info    : Compiling entry function 'k1' for 'sm_90'\nptxas info    : Function properties for k1\n"
-           "    8 bytes stack frame, 4 bytes spill stores, 12 bytes spill loads\n"
-           "ptxas info    : Used 161 registers, used 1 barriers, 10752 bytes smem\n")
-    assert emit.parse_ptxas(rep) == {"k1": {"registers": 161, "smem": 10752, "stack": 8, "spill_stores": 4,
-                                            "spill_loads": 12}}
-
-
 # ------------------------------------------------------------------ nvcc
 
 def _kernels():
@@ -124,7 +117,7 @@ def test_resnet50_kernels_compile_without_spills():
             r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v",
                                 str(cu), "-o", str(cu.with_suffix(".cubin"))], capture_output=True, text=True)
             assert r.returncode == 0, r.stderr[-3000:]
-            return emit.parse_ptxas(r.stderr)
+            return {n: f.to_dict() for n, f in parse_ptxas(r.stderr).items()}
         report = {}
         with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
             for part in ex.map(compile_unit, range(jobs)):

@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from codegen import emit  # noqa: E402
 from codegen import reference as ref  # noqa: E402
+from codegen.ptxas import parse_ptxas  # noqa: E402
 from codegen.config import KernelConfig  # noqa: E402
 from codegen.spec import ConvShape, load_spec  # noqa: E402
 
@@ -76,7 +77,8 @@ def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> d
                     raise RuntimeError(f"nvcc failed on {name}:\n{r.stderr[-2000:]}")
                 rep.write_text(r.stderr)
                 os.replace(str(cu) + "bin", cub)
-        report = emit.parse_ptxas(rep.read_text()).get(name, {})
+        fr = parse_ptxas(rep.read_text()).get(name)
+        report = fr.to_dict() if fr else {}
         return name, (cub.read_bytes(), report)
 
     with ThreadPoolExecutor(jobs) as ex:
