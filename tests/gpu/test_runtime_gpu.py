@@ -265,23 +265,29 @@ def test_missing_cache_one_line(tmp_path):
 # --- the real cache, where `snn-codegen build` has made one for this GPU ---------------------------
 
 def _real_photos(n):
-    """scikit-image's sample photographs where installed (real activation statistics), else _photos."""
+    """Real photographs (real activation statistics): the folder $SNN_PHOTOS (e.g. scikit-image's sample
+    photos copied there), else scikit-image's bundled photos where installed, else _photos."""
+    import os
+    import numpy as np
+    from runtime import images
+    folder = os.environ.get("SNN_PHOTOS")
+    if folder:
+        paths, _ = images.discover(folder)
+        arrays = []
+        for p in paths:
+            try:
+                arrays.append(images.preprocess(p))
+            except Exception:  # the folder holds deliberately broken files for the infer test
+                continue
+        if arrays:
+            return torch.stack([torch.from_numpy(arrays[i % len(arrays)]) for i in range(n)])
     try:
         from skimage import data
         from PIL import Image
     except ImportError:
         return _photos(n, seed=5)
-    from runtime import images
-    import numpy as np
     import tempfile
-    picks = []
-    for k in ("astronaut", "coffee", "chelsea", "rocket", "cat"):  # shipped in the wheel, no download
-        try:
-            picks.append(getattr(data, k)())
-        except Exception:
-            pass
-    if not picks:
-        return _photos(n, seed=5)
+    picks = [getattr(data, k)() for k in ("astronaut", "coffee", "chelsea", "rocket") if hasattr(data, k)]
     out = []
     with tempfile.TemporaryDirectory() as d:
         for i in range(n):

@@ -1,0 +1,84 @@
+"""Every kernel variant of every cache built for this GPU (generated/<network>/<gpu>/manifest.json) against
+torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output poisoned with NaN first,
+relative error < 1e-5. Skips where no cache was built (`snn-codegen build ...` first).
+
+With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
+"""
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+from runtime.cuda import Device  # noqa: E402
+from runtime.kernels import CudaBackend  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
+
+
+def _manifests():
+    if not torch.cuda.is_available():
+        return []
+    cc = list(torch.cuda.get_device_capability())
+    found = []
+    for path in sorted(GENERATED.glob("*/*/manifest.json")):
+        doc = json.loads(path.read_text())
+        if doc.get("compute_capability") == cc:
+            found.append(pytest.param(path, id=f"{doc['network']}-{doc['gpu']}"))
+    return found
+
+
+class _Cache:  # what CudaBackend needs from a loaded cache
+    def __init__(self, doc):
+        self.epilogue = doc["epilogue"]
+
+
+def relu_like(shape, sparsity, gen):
+    """Gaussian values shifted so that the wanted share is <= 0, then ReLU: zeros where real activations
+    have them, never all zero."""
+    x = torch.randn(shape, generator=gen, dtype=torch.float64, device="cuda")
+    cut = torch.quantile(x.flatten()[: 1 << 24], sparsity)
+    return torch.relu(x - cut)
+
+
+def to_layout(w_ncrs, layout):
+    return w_ncrs.permute(*["NCRS".index(a) for a in layout]).contiguous()
+
+
+@pytest.mark.parametrize("path", _manifests() or [pytest.param(None, marks=pytest.mark.skip(
+    reason="no cache built for this GPU under generated/ (run snn-codegen build)"))])
+def test_every_kernel_matches_float64(path):
+    doc = json.loads(path.read_text())
+    dev = Device()
+    backend = CudaBackend(dev, _Cache(doc))
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    results, worst = [], 0.0
+    for name, k in sorted(doc["kernels"].items()):
+        s, b = k["shape"], k["batch"]
+        sparsity = 0.4 + 0.55 * torch.rand((), generator=gen, device="cuda").item()
+        x64 = relu_like((b, s["C"], s["H"], s["W"]), sparsity, gen)
+        w64 = torch.randn((s["N"], s["C"], s["R"], s["S"]), generator=gen, dtype=torch.float64, device="cuda")
+        x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
+        w32 = to_layout(w64.float(), k["weight_layout"])
+        out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
+        ws = {n: torch.empty(nbytes, dtype=torch.uint8, device="cuda") for n, nbytes in k["workspace"].items()}
+        backend.sparse_conv(name, k, x32, w32, out, ws, None)
+        torch.cuda.synchronize()
+        ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
+                                         padding=tuple(s["padding"])).permute(0, 2, 3, 1)
+        assert not torch.isnan(out).any(), f"{name}: outputs left unwritten"
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        results.append({"kernel": name, "batch": b, "sparsity": round(sparsity, 3), "rel_err": err})
+        worst = max(worst, err)
+        assert err < 1e-5, f"{name}: relative error {err:.2e} at sparsity {sparsity:.2f}"
+    if os.environ.get("SNN_RESULTS"):
+        out_dir = Path(os.environ["SNN_RESULTS"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / f"kernel_check_{doc['network']}.json").write_text(json.dumps(
+            {"network": doc["network"], "gpu": torch.cuda.get_device_name(), "kernels": len(results),
+             "worst_rel_err": worst, "results": results}, indent=0))
