@@ -169,7 +169,7 @@ def _check_close(logits, ref, rtol=1e-4):
 @pytest.fixture(scope="module")
 def resnet50(tmp_path_factory):
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
-    sd = weights.random_init(net, seed=0)
+    sd, _, _ = weights.load(net, None, seed=0, device="cuda")  # what `snn-run infer` uses without --weights
     root = tmp_path_factory.mktemp("cache")
     path = build_standin_cache(root, net, batches=(1, 2, 8))
     return net, sd, root, path
