@@ -303,6 +303,9 @@ class Executor:
             self._layout_cache[key] = to_layout(w.contiguous(), layout)
         return self._layout_cache[key]
 
+    def conv_op(self, conv: str) -> Op:
+        return next(op for op in self.ops if op.kind == "conv" and op.name == conv)
+
     def _workspace(self, name: str, kentry: dict) -> dict:
         if name not in self._workspace_cache:
             self._workspace_cache[name] = {

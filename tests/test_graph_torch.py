@@ -1,8 +1,8 @@
 """The executor's capture hook and runtime.graph.Capture's wiring, on the CPU (torch, no CUDA).
 
 A CPU stand-in replaces only what needs a GPU: the selector launch (dispatch.select on the host, which
-the GPU test holds equal to the kernel), the IF node (its body is recorded, i.e. run, always) and the
-SWITCH node (only the chosen body runs). Everything else is graph.Capture's own code: the tables, the
+the GPU test holds equal to the kernel) and the SWITCH node (body 0, the dense conv that allocates the
+output, is recorded, i.e. run, always; then the chosen sparse body, if any). Everything else is graph.Capture's own code: the tables, the
 zeroed counters, the per-layer bookkeeping, the sparse bodies with the bias epilogue, the trace.
 Skips without torch."""
 import pytest
@@ -13,14 +13,6 @@ from runtime import dispatch, executor, graph, weights  # noqa: E402
 from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 
 
-class _IfNodes:
-    def begin_capture_to_if_node(self, pred):
-        assert pred.dim() == 0 and pred.dtype == torch.bool
-
-    def end_capture_to_conditional_node(self):
-        pass
-
-
 class CpuCapture(graph.Capture):
     def _prepare(self):
         pass
@@ -29,16 +21,18 @@ class CpuCapture(graph.Capture):
         b = dispatch.select(table, int(counters[slot]), numel)
         assert self.table_dev[self.offsets[self.layers[i].conv.name]].item() == table.threshold
         self.choice[i] = b
-        self.preds[i].zero_()
-        self.preds[i, b] = True
+        assert handle == ("handle", table.branches)
 
-    def _new_handle(self, variants):
-        return None
+    def _new_handle(self, branches):
+        return ("handle", branches)
 
-    def _switch(self, handle, runs):
+    def _switch(self, handle, bodies):
+        assert len(bodies) == handle[1]
+        self.bodies.append(len(bodies))
         b = int(self.choice[len(self.layers) - 1])
+        bodies[0]()
         if b:
-            runs[b - 1]()
+            bodies[b]()
 
 
 class Runner:
@@ -54,8 +48,8 @@ def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
     be = executor.TorchBackend()
     ex = executor.Executor(tiny, sd, be, cache, device="cpu", force=force)
     ref = executor.reference(tiny, sd, x.double())
-    cap = CpuCapture(Runner(ex), 2, "switch")
-    cap.graph = _IfNodes()
+    cap = CpuCapture(Runner(ex), 2)
+    cap.bodies = []
     cap.counters.fill_(12345)  # stale counts from a previous forward: the capture must zero them
     y = ex.forward(x, capture=cap)
     assert ex._capture is None
@@ -66,6 +60,7 @@ def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
         assert not cap.layers and all(t.path == "dense" for t in tr)
         return
     assert {lay.conv.name for lay in cap.layers} == ex.eligible
+    assert cap.bodies == [lay.table.branches for lay in cap.layers]  # one SWITCH per layer: dense + kernels
     measured = [t for t in tr if t.sparsity is not None]
     assert len(measured) == len(ex.eligible)
     for t in measured:
@@ -78,16 +73,3 @@ def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
     ex2.forward(x)
     assert {t.name: t.sparsity for t in ex2.last_trace if t.sparsity is not None} == \
         {t.name: t.sparsity for t in measured}
-
-
-def test_if_mode_records_one_predicate_per_branch(tiny):
-    sd = weights.random_init(tiny, seed=3)
-    cache = fake_cache(tiny, threshold=0.0)
-    ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="sparse")
-    cap = CpuCapture(Runner(ex), 2, "if")
-    seen = []
-    cap.graph = _IfNodes()
-    cap.graph.begin_capture_to_if_node = lambda p: seen.append(p)
-    ex.forward(torch.randn(2, 3, 20, 20), capture=cap)
-    per_layer = sum(t.branches for t in cap.tables.values())
-    assert len(seen) == per_layer and cap.preds.shape[1] == max(t.branches for t in cap.tables.values())

@@ -7,8 +7,8 @@ Per batch size (ms per forward, CUDA events around `iters` back-to-back calls, a
   torch_eager         torchvision model, dense cuDNN FP32 (TF32 off), NCHW, launched from Python
   torch_graph         the same captured with torch.cuda.graphs and replayed
   snn_eager           our executor, host dispatch (a counter read per eligible layer), auto
-  snn_graph_switch    our executor as one graph, device dispatch: IF (cuDNN) + SWITCH (sparse variants)
-  snn_graph_if        the same with one IF node per branch
+  snn_graph           our executor as one graph, device dispatch: per layer snn_select + one SWITCH node
+                      over {cuDNN, the layer's sparse kernels}
   snn_graph_dense     our executor as one graph, --force dense (all cuDNN, no selectors)
 *_replay is graph.replay() alone; snn_graph_* includes copying the input in and reading the branches
 back. kernel_sum_ms: the GPU time of every kernel/memset/memcpy of one replay (torch.profiler, CUPTI).
@@ -121,11 +121,10 @@ def main():
             r["snn_eager"] = timed(lambda: ex.forward(x), a.iters)
             out = ex.forward(x)
             r["snn_eager"]["rel_err_vs_torch"] = ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
-            for mode in ("switch", "if"):
-                key = f"snn_graph_{mode}"
+            for key in ("snn_graph",):
                 try:
                     t0 = time.perf_counter()
-                    runner = GraphRunner(ex, dev, mode=mode)
+                    runner = GraphRunner(ex, dev)
                     out = runner.forward(x)
                     cap_s = time.perf_counter() - t0
                     st = runner._graphs[(tuple(x.shape), x.dtype)]
@@ -135,7 +134,7 @@ def main():
                     r[key + "_replay"].update(kernel_sum(st.graph.replay))
                     meas = [t for t in tr if t.sparsity is not None]
                     r[key].update({
-                        "mode_used": runner.mode, "fallback": runner.fallback, "capture_s": cap_s,
+                        "capture_s": cap_s,
                         "rel_err_vs_torch": ((out.double() - ref.double()).abs().max() / ref.double().abs().max()).item(),
                         "top5_equal": bool(torch.equal(out.topk(5).indices, ref.topk(5).indices)),
                         "device_dispatched_layers": len(meas),
