@@ -115,9 +115,12 @@ class Session:
                 self.graph = GraphRunner(self.executor, self.device)
             except GraphUnavailable as e:  # an older cache or torch still runs, layer by layer
                 self.warning = "; ".join(w for w in (self.warning, f"{e}; running without a CUDA graph") if w)
-        self.forward = self.graph.forward if self.graph else self.executor.forward
 
     torch_device = "cuda"
+    graph = None  # a runtime.graph.GraphRunner with --graph
+
+    def forward(self, x):
+        return self.graph.forward(x) if self.graph is not None else self.executor.forward(x)
 
     def run(self, paths: list[Path], skipped: list[images.Skipped], top: int, progress=None) -> Result:
         import torch

@@ -73,3 +73,23 @@ def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
     ex2.forward(x)
     assert {t.name: t.sparsity for t in ex2.last_trace if t.sparsity is not None} == \
         {t.name: t.sparsity for t in measured}
+
+
+def test_runner_needs_the_selector_in_the_cache(tiny):
+    """An older manifest (no snn_select) makes the graph path unavailable with the rebuild command;
+    a dense-only run needs no selector."""
+    drv = pytest.importorskip("cuda.bindings.driver")
+
+    class Dev:
+        pass
+    dev = Dev()
+    dev.drv = drv
+    sd = weights.random_init(tiny, seed=3)
+    cache = fake_cache(tiny)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    with pytest.raises(graph.GraphUnavailable, match="snn-codegen build tiny.yaml --gpu fake --batch 2"):
+        graph.GraphRunner(ex, dev)
+    cache.data["selector"] = {"cubin": "/x.cubin", "function": "snn_select"}
+    assert graph.GraphRunner(ex, dev).selector["function"] == "snn_select"
+    exd = executor.Executor(tiny, sd, executor.TorchBackend(), fake_cache(tiny), device="cpu", force="dense")
+    assert graph.GraphRunner(exd, dev).selector is None
