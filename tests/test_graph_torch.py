@@ -93,3 +93,101 @@ def test_runner_needs_the_selector_in_the_cache(tiny):
     assert graph.GraphRunner(ex, dev).selector["function"] == "snn_select"
     exd = executor.Executor(tiny, sd, executor.TorchBackend(), fake_cache(tiny), device="cpu", force="dense")
     assert graph.GraphRunner(exd, dev).selector is None
+
+
+def test_append_switch_calls_the_driver_in_order():
+    """The cuda-python sequence of graph.append_switch / new_switch_handle against a recording driver
+    whose functions take exactly the real bindings' parameters (read from cuda.bindings' signatures) and
+    whose node-params object only accepts the real struct's field names."""
+    real = pytest.importorskip("cuda.bindings.driver")
+    import contextlib
+    import inspect
+    import re
+    from types import SimpleNamespace
+
+    calls = []
+
+    def nparams(name):
+        first = getattr(real, name).__doc__.strip().splitlines()[0]
+        return len([p for p in re.match(r"\w+\((.*)\)", first).group(1).split(",") if p.strip()])
+
+    class Strict(SimpleNamespace):
+        fields: tuple = ()
+
+        def __setattr__(self, k, v):
+            assert k in self.fields, f"no field {k!r} in the real struct"
+            super().__setattr__(k, v)
+
+    class Cond(Strict):
+        fields = tuple(a for a in dir(real.CUgraphNodeParams().conditional) if not a.startswith("_"))
+
+    class Params(Strict):
+        fields = tuple(a for a in dir(real.CUgraphNodeParams()) if not a.startswith("_"))
+
+        def __init__(self):
+            object.__setattr__(self, "conditional", Cond())
+
+    def rec(name, ret):
+        def f(*args):
+            assert len(args) == nparams(name), (name, len(args), nparams(name))
+            calls.append((name, args))
+            return ret(*args) if callable(ret) else ret
+        return f
+
+    active = real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    def add_node(graph, deps, edges, n, params):
+        assert params.type == real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        assert params.conditional.type == real.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_SWITCH
+        assert deps == ["dep"] and n == 1
+        object.__setattr__(params.conditional, "phGraph_out", [f"body{k}" for k in range(params.conditional.size)])
+        return (0, "node")
+
+    drv = SimpleNamespace(
+        CUstream=lambda s: ("stream", s), CUstreamCaptureStatus=real.CUstreamCaptureStatus,
+        CUgraphNodeType=real.CUgraphNodeType, CUgraphConditionalNodeType=real.CUgraphConditionalNodeType,
+        CUstreamUpdateCaptureDependencies_flags=real.CUstreamUpdateCaptureDependencies_flags,
+        CUstreamCaptureMode=real.CUstreamCaptureMode, CU_GRAPH_COND_ASSIGN_DEFAULT=real.CU_GRAPH_COND_ASSIGN_DEFAULT,
+        CUgraphNodeParams=Params,
+        cuStreamGetCaptureInfo=rec("cuStreamGetCaptureInfo", (0, active, 1, "graph", ["dep"], None, 1)),
+        cuGraphConditionalHandleCreate=rec("cuGraphConditionalHandleCreate", (0, "handle")),
+        cuGraphAddNode=rec("cuGraphAddNode", add_node),
+        cuStreamUpdateCaptureDependencies=rec("cuStreamUpdateCaptureDependencies", (0,)),
+        cuStreamBeginCaptureToGraph=rec("cuStreamBeginCaptureToGraph", (0,)),
+        cuStreamEndCapture=rec("cuStreamEndCapture", (0, "g")))
+    state = {"stream": "main", "pool": None}
+
+    @contextlib.contextmanager
+    def stream(s):
+        old, state["stream"] = state["stream"], s
+        yield
+        state["stream"] = old
+
+    @contextlib.contextmanager
+    def use_mem_pool(p):
+        assert state["stream"] == "main"  # entered on the capture stream (torch >= 2.12 retains it there)
+        state["pool"] = p
+        yield
+        state["pool"] = None
+
+    fake_torch = SimpleNamespace(cuda=SimpleNamespace(
+        current_stream=lambda: SimpleNamespace(cuda_stream=state["stream"]), stream=stream, use_mem_pool=use_mem_pool))
+    h = graph.new_switch_handle(drv, fake_torch, "ctx", 3)
+    assert h == "handle" and calls[-1][1] == ("graph", "ctx", 3, int(real.CU_GRAPH_COND_ASSIGN_DEFAULT))
+    ran = []
+    side = SimpleNamespace(cuda_stream="side")
+    bodies = [lambda k=k: ran.append((k, state["stream"].cuda_stream if hasattr(state["stream"], "cuda_stream")
+                                      else state["stream"], state["pool"])) for k in range(3)]
+    calls.clear()
+    assert graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, ["pool", None, None]) == "node"
+    names = [c[0] for c in calls]
+    assert names == ["cuStreamGetCaptureInfo", "cuGraphAddNode", "cuStreamUpdateCaptureDependencies"] + \
+        ["cuStreamBeginCaptureToGraph", "cuStreamEndCapture"] * 3
+    upd = calls[2][1]
+    assert upd[0] == ("stream", "main") and upd[1] == ["node"] and upd[3] == 1 and \
+        upd[4] == int(real.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+    begins = [c[1] for c in calls if c[0] == "cuStreamBeginCaptureToGraph"]
+    assert [b[1] for b in begins] == ["body0", "body1", "body2"] and all(b[0] == ("stream", "side") for b in begins)
+    assert ran == [(0, "side", "pool"), (1, "side", None), (2, "side", None)]
+    assert state == {"stream": "main", "pool": None}
+    assert inspect.isfunction(graph.capture_info)
