@@ -20,6 +20,7 @@ A graph is captured per input shape (batch size) and replayed for every batch of
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 from dataclasses import dataclass
 
@@ -55,10 +56,36 @@ def new_switch_handle(drv, torch, ctx, default: int):
                  "cuGraphConditionalHandleCreate")
 
 
+@contextlib.contextmanager
+def allocate_to(torch, pool):
+    """Route this thread's allocations (on the current stream) to `pool`, as torch.cuda.use_mem_pool does,
+    without its capture bookkeeping: that asks torch for the graph capturing the current stream, which a
+    body capture is not (torch >= 2.12), and the pool lives with our Capture anyway. Enter it with the
+    body's stream current: older torch filters on the stream current at entry."""
+    C, dev = torch._C, torch.cuda.current_device()
+    if hasattr(C, "_cuda_beginAllocateCurrentThreadToPool"):
+        C._cuda_beginAllocateCurrentThreadToPool(dev, pool.id)
+    elif hasattr(C, "_cuda_beginAllocateCurrentStreamToPool"):
+        C._cuda_beginAllocateCurrentStreamToPool(dev, pool.id)
+    else:  # pragma: no cover - no private hook: the public one
+        with torch.cuda.use_mem_pool(pool):
+            yield
+        return
+    try:
+        yield
+    finally:
+        if hasattr(C, "_cuda_endAllocateToPool"):
+            C._cuda_endAllocateToPool(dev, pool.id)
+        else:
+            C._cuda_endAllocateCurrentStreamToPool(dev, pool.id)
+        C._cuda_releasePool(dev, pool.id)
+
+
 def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
     """Append a SWITCH node over `bodies` (callables) to torch's capture on the current stream; body k is
     recorded by calling bodies[k]() with torch's current stream set to `side`, captured into the k-th
-    branch graph. pools[k], if given, is a torch.cuda.MemPool that body k's allocations come from.
+    branch graph. pools[k], if given, is a torch.cuda.MemPool that body k's allocations come from
+    (a body capture is a capture sequence torch's graph pool does not know).
     The main capture continues after the node."""
     stream, graph, deps, edges, n = capture_info(drv, torch)
     params = drv.CUgraphNodeParams()
@@ -78,12 +105,8 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
         pool = pools[k] if pools else None
         check(drv.cuStreamBeginCaptureToGraph(hside, body_graph, None, None, 0, mode), "cuStreamBeginCaptureToGraph")
         try:
-            if pool is not None:  # entered on the main capture stream (torch >= 2.12 retains it with the graph)
-                with torch.cuda.use_mem_pool(pool), torch.cuda.stream(side):
-                    body()
-            else:
-                with torch.cuda.stream(side):
-                    body()
+            with torch.cuda.stream(side), (allocate_to(torch, pool) if pool is not None else contextlib.nullcontext()):
+                body()
         finally:
             check(drv.cuStreamEndCapture(hside), "cuStreamEndCapture (SWITCH body)")
     return node

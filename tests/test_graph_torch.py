@@ -163,15 +163,19 @@ def test_append_switch_calls_the_driver_in_order():
         yield
         state["stream"] = old
 
-    @contextlib.contextmanager
-    def use_mem_pool(p):
-        assert state["stream"] == "main"  # entered on the capture stream (torch >= 2.12 retains it there)
-        state["pool"] = p
-        yield
+    def begin(dev, pool_id):
+        assert state["stream"] is side and dev == 0  # the body's stream is current when routing starts
+        state["pool"] = pool_id
+
+    def end(dev, pool_id):
+        assert state["pool"] == pool_id
         state["pool"] = None
 
-    fake_torch = SimpleNamespace(cuda=SimpleNamespace(
-        current_stream=lambda: SimpleNamespace(cuda_stream=state["stream"]), stream=stream, use_mem_pool=use_mem_pool))
+    fake_torch = SimpleNamespace(
+        cuda=SimpleNamespace(current_stream=lambda: SimpleNamespace(cuda_stream=state["stream"]), stream=stream,
+                             current_device=lambda: 0),
+        _C=SimpleNamespace(_cuda_beginAllocateCurrentThreadToPool=begin, _cuda_endAllocateToPool=end,
+                           _cuda_releasePool=lambda dev, pool_id: calls.append(("release", pool_id))))
     h = graph.new_switch_handle(drv, fake_torch, "ctx", 3)
     assert h == "handle" and calls[-1][1] == ("graph", "ctx", 3, int(real.CU_GRAPH_COND_ASSIGN_DEFAULT))
     ran = []
@@ -179,7 +183,10 @@ def test_append_switch_calls_the_driver_in_order():
     bodies = [lambda k=k: ran.append((k, state["stream"].cuda_stream if hasattr(state["stream"], "cuda_stream")
                                       else state["stream"], state["pool"])) for k in range(3)]
     calls.clear()
-    assert graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, ["pool", None, None]) == "node"
+    pool = SimpleNamespace(id=(0, 5))
+    assert graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, [pool, None, None]) == "node"
+    assert ("release", (0, 5)) in calls
+    calls.remove(("release", (0, 5)))
     names = [c[0] for c in calls]
     assert names == ["cuStreamGetCaptureInfo", "cuGraphAddNode", "cuStreamUpdateCaptureDependencies"] + \
         ["cuStreamBeginCaptureToGraph", "cuStreamEndCapture"] * 3
@@ -188,6 +195,6 @@ def test_append_switch_calls_the_driver_in_order():
         upd[4] == int(real.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES)
     begins = [c[1] for c in calls if c[0] == "cuStreamBeginCaptureToGraph"]
     assert [b[1] for b in begins] == ["body0", "body1", "body2"] and all(b[0] == ("stream", "side") for b in begins)
-    assert ran == [(0, "side", "pool"), (1, "side", None), (2, "side", None)]
+    assert ran == [(0, "side", (0, 5)), (1, "side", None), (2, "side", None)]
     assert state == {"stream": "main", "pool": None}
     assert inspect.isfunction(graph.capture_info)
