@@ -159,7 +159,11 @@ def run_main():
               help="auto: per layer and batch from the zero counter; dense: cuDNN everywhere; "
                    "sparse: the sparse kernels on every layer that has them.")
 @click.option("--seed", default=0, help="Seed of the random weights (without --weights).")
-def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed):
+@click.option("--graph/--no-graph", default=True,
+              help="Run each batch size as one captured CUDA graph with the dense/sparse choice taken on the "
+                   "GPU (docs/graphs.md); --no-graph: launch layer by layer from Python and read every "
+                   "counter on the host (debugging, baseline; --trace then also times each layer).")
+def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph):
     """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...).
 
     Prints the top labels per image and a summary (images/s, share of conv layers that ran sparse).
@@ -169,7 +173,8 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     from runtime.errors import RunError
     from runtime.infer import infer_command
     try:
-        code = infer_command(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed)
+        code = infer_command(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed,
+                             graph)
     except (RunError, SpecError) as e:
         raise click.ClickException(str(e)) from None
     sys.exit(code)

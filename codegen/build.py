@@ -56,14 +56,15 @@ class Stages:
     render_epilogue: Callable[[], tuple[str, str]]
     estimate_resources: Callable[..., tuple[int, int]]  # (shape, config) -> (regs, smem)
     load_gpu: Callable[[str], Any] | None = None
+    render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
 
 
 def default_stages() -> Stages:
     """The real cost model and emitter (docs/interfaces.md, sections plan and source)."""
     from .costmodel import estimate_resources, plan_network
-    from .emit import render_epilogue, render_sparse
+    from .emit import render_epilogue, render_selector, render_sparse
     from .gpu import load_gpu
-    return Stages(plan_network, render_sparse, render_epilogue, estimate_resources, load_gpu)
+    return Stages(plan_network, render_sparse, render_epilogue, estimate_resources, load_gpu, render_selector)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -324,11 +325,14 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             raise RuntimeError(f"render_sparse named kernel {k.name!r}, expected {name!r} (KernelConfig.name)")
         emitted[name] = k
     epi_name, epi_source = stages.render_epilogue()
+    sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
     plan_render_s = time.perf_counter() - t0
 
     # sources: one .cu per kernel, written only when changed; stale ones removed
     units = {name: Unit(name, k.source) for name, k in emitted.items()}
     units[epi_name] = Unit(epi_name, epi_source)
+    if sel_name:
+        units[sel_name] = Unit(sel_name, sel_source)
     written = 0
     try:
         for u in units.values():
@@ -375,7 +379,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         raise RuntimeError(f"the epilogue source {epi_name} does not define {EPILOGUE_FUNCTION}")
 
     manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
-                         units, epi_name, stages, out_dir / "manifest.json")
+                         units, epi_name, stages, out_dir / "manifest.json", sel_name)
     manifest_path = out_dir / "manifest.json"
     try:
         write_if_changed(manifest_path, json.dumps(manifest, indent=1) + "\n")
@@ -392,7 +396,7 @@ def _resources(record: dict) -> dict:
 
 
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, units,
-              epi_name, stages, old_path: Path) -> dict:
+              epi_name, stages, old_path: Path, sel_name: str | None = None) -> dict:
     try:
         old = json.loads(old_path.read_text())
     except (FileNotFoundError, ValueError):
@@ -442,7 +446,11 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
                        "batches": per_batch})
 
     epi = units[epi_name].record
+    extra = {}
+    if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
+        extra["selector"] = {"cubin": units[sel_name].record["cubin"], "function": sel_name,
+                             **_resources(units[sel_name].record)}
     return {"network": net.name, "gpu": gpu_name, "arch": arch, "compute_capability": capability,
             "batches": list(batches), "levels": [round(lv, 2) for lv in levels], "nvcc": tc.version,
             "epilogue": {"cubin": epi["cubin"], "function": EPILOGUE_FUNCTION, **_resources(epi)},
-            "kernels": kernels, "layers": layers}
+            **extra, "kernels": kernels, "layers": layers}

@@ -172,6 +172,12 @@ def render_epilogue() -> tuple[str, str]:
     return "snn_epilogue", _env().get_template("epilogue.cu.j2").render(THREADS=256)
 
 
+def render_selector() -> tuple[str, str]:
+    """The device-side dense/sparse selector (runtime/graph.py); EPS must be runtime/dispatch.py's _EPS
+    (a test checks it; codegen does not import the runtime)."""
+    return "snn_select", _env().get_template("selector.cu.j2").render(EPS=repr(1e-9))
+
+
 def example_configs(shape: ConvShape) -> list[KernelConfig]:
     """Two hand-picked configs per shape for tests and GPU checks (the planner picks for real).
 

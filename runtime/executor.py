@@ -127,6 +127,7 @@ class Executor:
         self._layout_cache: dict[tuple[str, str], object] = {}
         self._workspace_cache: dict[str, dict] = {}
         self.last_trace: list[LayerTrace] = []
+        self._capture = None  # set only while forward() is being recorded into a CUDA graph
 
     # -- compile ---------------------------------------------------------------------------------
     def _compile(self, sd: dict):
@@ -302,6 +303,9 @@ class Executor:
             self._layout_cache[key] = to_layout(w.contiguous(), layout)
         return self._layout_cache[key]
 
+    def conv_op(self, conv: str) -> Op:
+        return next(op for op in self.ops if op.kind == "conv" and op.name == conv)
+
     def _workspace(self, name: str, kentry: dict) -> dict:
         if name not in self._workspace_cache:
             self._workspace_cache[name] = {
@@ -312,16 +316,26 @@ class Executor:
     def _count_needed(self) -> bool:
         return self.force != "dense" or self.trace
 
-    def forward(self, x):
-        """x: [B, 3, H, W] float32 on the device (any memory format) -> logits [B, classes]."""
+    def forward(self, x, capture=None):
+        """x: [B, 3, H, W] float32 on the device (any memory format) -> logits [B, classes].
+
+        capture: a runtime.graph.Capture while a CUDA graph is being recorded: eligible convs then
+        get the device-side selector and conditional nodes instead of the host read of the counter.
+        """
         torch, F = self.torch, self.torch.nn.functional
         cl = torch.channels_last
         B = x.shape[0]
         count = self._count_needed() and bool(self.slots)
-        counters = torch.zeros(max(1, len(self.slots)), dtype=torch.int64, device=self.device) if count else None
+        if capture is not None:
+            counters = capture.counters
+            if count:
+                counters.zero_()  # a memset node: every replay starts from zero
+        else:
+            counters = torch.zeros(max(1, len(self.slots)), dtype=torch.int64, device=self.device) if count else None
+        self._capture = capture
         env = {self.net.input_name: x.to(self.device, torch.float32).contiguous(memory_format=cl)}
         trace: list[LayerTrace] = []
-        sync = self.trace and self.device.type == "cuda"
+        sync = self.trace and self.device.type == "cuda" and capture is None
         be = self.backend
         for i, op in enumerate(self.ops):
             a = op.attrs
@@ -364,6 +378,7 @@ class Executor:
             for v in self._free_after[i]:
                 env.pop(v, None)
         self.last_trace = trace
+        self._capture = None
         return env[self.net.output]
 
     def _conv(self, op: Op, inp, B, counters, trace, sync):
@@ -372,6 +387,8 @@ class Executor:
         conv = self.convs[op.name]
         shape = conv.shape
         eligible = op.name in self.eligible
+        if eligible and counters is not None and self._capture is not None:
+            return self._capture.conv(op, inp, B, counters, trace)
         sparsity = None
         if eligible and counters is not None:
             # host read of the counter: one small copy per layer (issue 8 moves this on the device)

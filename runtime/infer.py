@@ -92,7 +92,7 @@ class Session:
     """Everything set up once: device, cache, weights, executor."""
 
     def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int, weights_arg: str | None,
-                 force: str, trace: bool, seed: int = 0):
+                 force: str, trace: bool, seed: int = 0, graph: bool = True):
         from . import manifest, weights
         from .cuda import Device
         from .executor import Executor
@@ -108,8 +108,19 @@ class Session:
         self.batch, self.force = batch, force
         self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
                                  "cuda", force, trace)
+        self.graph = None
+        if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)
+            from .graph import GraphRunner, GraphUnavailable
+            try:
+                self.graph = GraphRunner(self.executor, self.device)
+            except GraphUnavailable as e:  # an older cache or torch still runs, layer by layer
+                self.warning = "; ".join(w for w in (self.warning, f"{e}; running without a CUDA graph") if w)
 
     torch_device = "cuda"
+    graph = None  # a runtime.graph.GraphRunner with --graph
+
+    def forward(self, x):
+        return self.graph.forward(x) if self.graph is not None else self.executor.forward(x)
 
     def run(self, paths: list[Path], skipped: list[images.Skipped], top: int, progress=None) -> Result:
         import torch
@@ -138,7 +149,7 @@ class Session:
                         torch.cuda.synchronize()
                     t0 = time.perf_counter()
                     with torch.inference_mode():
-                        logits = self.executor.forward(x)[:n]
+                        logits = self.forward(x)[:n]
                         probs = torch.softmax(logits.float(), dim=1)
                         p, idx = probs.topk(min(top, probs.shape[1]), dim=1)
                     p, idx = p.cpu().tolist(), idx.cpu().tolist()
@@ -214,7 +225,7 @@ EXIT_SKIPPED = 3  # ran, but some files were not images or could not be read
 
 
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int, weights: str | None,
-                  output: str | None, top: int, trace: bool, force: str, seed: int = 0) -> int:
+                  output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True) -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
     import click
 
@@ -230,7 +241,7 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     from .cuda import import_torch
     import_torch()
     images._pil()
-    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed)
+    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph)
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
     with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",

@@ -1,0 +1,315 @@
+"""The whole forward pass as one CUDA graph, with the dense/sparse decision taken on the device.
+
+Per eligible conv layer the captured graph holds two nodes (docs/graphs.md):
+
+    snn_select (1 thread)   reads the layer's zero counter, applies dispatch's rule from a float64 table
+                            row (dispatch.selector_table), writes the branch for the trace and sets the
+                            layer's SWITCH handle (cudaGraphSetConditional)
+    SWITCH (branch)         body 0: the cuDNN convolution (torch, recorded on a side stream; its output
+                            and cuDNN workspace come from a memory pool private to this graph)
+                            body b: the steps of the layer's b-th sparse kernel, writing into the same
+                            output tensor (+ the bias epilogue where the conv has a bias)
+
+The conditional node is added to torch's capture with cuda-python (cuStreamGetCaptureInfo ->
+cuGraphAddNode -> cuStreamUpdateCaptureDependencies) and each body is recorded with
+cuStreamBeginCaptureToGraph; torch (2.11) has no API for conditional nodes of its own.
+
+The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
+inside a forward pass; after a replay the branches and counters are copied back once for the trace.
+A graph is captured per input shape (batch size) and replayed for every batch of that shape.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from dataclasses import dataclass
+
+from . import dispatch
+from .cuda import check, import_torch
+from .errors import RunError
+from .executor import LayerTrace
+from .manifest import build_command
+
+_PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
+
+
+class GraphUnavailable(RunError):
+    """This torch, driver or cache cannot run the graph path; the message says why and what to do."""
+
+
+# -- conditional nodes inside a torch capture, with cuda-python --------------------------------------
+
+def capture_info(drv, torch):
+    """(stream, graph, dependencies, edge data, count) of torch's capture on the current stream."""
+    stream = drv.CUstream(torch.cuda.current_stream().cuda_stream)
+    status, _id, graph, deps, edges, n = check(drv.cuStreamGetCaptureInfo(stream), "cuStreamGetCaptureInfo")
+    if status != drv.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        raise RunError("internal: conditional nodes can only be added while torch captures a graph")
+    return stream, graph, list(deps or [])[:n], (list(edges)[:n] if edges else None), n
+
+
+def new_switch_handle(drv, torch, ctx, default: int):
+    """A conditional handle of the graph being captured, reset to `default` at every launch (a value
+    no body has: if the selector did not run, nothing runs)."""
+    _, graph, _, _, _ = capture_info(drv, torch)
+    return check(drv.cuGraphConditionalHandleCreate(graph, ctx, default, int(drv.CU_GRAPH_COND_ASSIGN_DEFAULT)),
+                 "cuGraphConditionalHandleCreate")
+
+
+@contextlib.contextmanager
+def allocate_to(torch, pool):
+    """Route this thread's allocations (on the current stream) to `pool`, as torch.cuda.use_mem_pool does,
+    without its capture bookkeeping: that asks torch for the graph capturing the current stream, which a
+    body capture is not (torch >= 2.12), and the pool lives with our Capture anyway. Enter it with the
+    body's stream current: older torch filters on the stream current at entry."""
+    C, dev = torch._C, torch.cuda.current_device()
+    if hasattr(C, "_cuda_beginAllocateCurrentThreadToPool"):
+        C._cuda_beginAllocateCurrentThreadToPool(dev, pool.id)
+    elif hasattr(C, "_cuda_beginAllocateCurrentStreamToPool"):
+        C._cuda_beginAllocateCurrentStreamToPool(dev, pool.id)
+    else:  # pragma: no cover - no private hook: the public one
+        with torch.cuda.use_mem_pool(pool):
+            yield
+        return
+    try:
+        yield
+    finally:
+        if hasattr(C, "_cuda_endAllocateToPool"):
+            C._cuda_endAllocateToPool(dev, pool.id)
+        else:
+            C._cuda_endAllocateCurrentStreamToPool(dev, pool.id)
+        C._cuda_releasePool(dev, pool.id)
+
+
+def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
+    """Append a SWITCH node over `bodies` (callables) to torch's capture on the current stream; body k is
+    recorded by calling bodies[k]() with torch's current stream set to `side`, captured into the k-th
+    branch graph. pools[k], if given, is a torch.cuda.MemPool that body k's allocations come from
+    (a body capture is a capture sequence torch's graph pool does not know).
+    The main capture continues after the node."""
+    stream, graph, deps, edges, n = capture_info(drv, torch)
+    params = drv.CUgraphNodeParams()
+    params.type = drv.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+    params.conditional.handle = handle
+    params.conditional.type = drv.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_SWITCH
+    params.conditional.size = len(bodies)
+    params.conditional.ctx = ctx
+    node = check(drv.cuGraphAddNode(graph, deps or None, edges, n, params), "cuGraphAddNode (SWITCH)")
+    graphs = list(params.conditional.phGraph_out)[:len(bodies)]
+    check(drv.cuStreamUpdateCaptureDependencies(
+        stream, [node], None, 1, int(drv.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES)),
+        "cuStreamUpdateCaptureDependencies")
+    hside = drv.CUstream(side.cuda_stream)
+    mode = drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+    for k, (body_graph, body) in enumerate(zip(graphs, bodies)):
+        pool = pools[k] if pools else None
+        check(drv.cuStreamBeginCaptureToGraph(hside, body_graph, None, None, 0, mode), "cuStreamBeginCaptureToGraph")
+        try:
+            with torch.cuda.stream(side), (allocate_to(torch, pool) if pool is not None else contextlib.nullcontext()):
+                body()
+        finally:
+            check(drv.cuStreamEndCapture(hside), "cuStreamEndCapture (SWITCH body)")
+    return node
+
+
+@dataclass
+class _Layer:
+    conv: object           # codegen.spec.ConvLayer
+    slot: int              # zero counter index
+    numel: int             # elements of the conv input (whole batch)
+    table: dispatch.SelectorTable
+
+
+class Capture:
+    """State of one input shape's graph: counters, selector tables, branch record; used by
+    Executor.forward(x, capture=...) while torch records the graph."""
+
+    def __init__(self, runner: "GraphRunner", batch: int):
+        torch = self.torch = runner.torch
+        ex = self.ex = runner.executor
+        self.runner, self.batch = runner, batch
+        self.counters = torch.zeros(max(1, len(ex.slots)), dtype=torch.int64, device=ex.device)
+        self.tables: dict[str, dispatch.SelectorTable] = {}
+        if ex.cache is not None and ex.force != "dense":
+            for name in ex.eligible:
+                t = dispatch.selector_table(ex.cache.layer_entry(name, batch), ex.force)
+                if t is not None:
+                    self.tables[name] = t
+        rows, self.offsets = [], {}
+        for name, t in sorted(self.tables.items()):
+            self.offsets[name] = len(rows)
+            rows += t.row()
+        self.table_dev = torch.tensor(rows or [0.0], dtype=torch.float64, device=ex.device)
+        self.choice = torch.zeros(max(1, len(self.tables)), dtype=torch.int32, device=ex.device)
+        self.layers: list[_Layer] = []
+        self._prepare()
+
+    def _prepare(self):
+        """Everything that loads a module or allocates outside the graph's memory happens now."""
+        ex, dev, torch = self.ex, self.runner.device, self.torch
+        if not self.tables:
+            return
+        sel = self.runner.selector
+        dev.function(sel["cubin"], sel["function"])
+        for name, t in self.tables.items():
+            op = ex.conv_op(name)
+            if op.attrs["bias"] is not None:
+                ex.backend._const(1.0, ex.convs[name].shape.N)
+            for k in t.kernels:
+                kentry = ex.cache.kernel(k)
+                ex._weight_in(name, kentry.get("weight_layout", "NCRS"))
+                ex._workspace(k, kentry)
+                for step in kentry["steps"]:
+                    if step.get("op") == "launch":
+                        dev.function(kentry["cubin"], step["function"])
+        self.side = torch.cuda.Stream()
+        self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
+        self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+
+    # -- during capture ----------------------------------------------------------------------------
+    def conv(self, op, inp, B, counters, trace):
+        torch, ex = self.torch, self.ex
+        F = torch.nn.functional
+        conv = ex.convs[op.name]
+        shape = conv.shape
+        table = self.tables.get(op.name)
+        if table is None:  # no kernels for this layer: always dense, no selector
+            trace.append(LayerTrace(conv.index, conv.name, None, "dense", None, None))
+            return F.conv2d(inp, op.attrs["weight"], op.attrs["bias"], shape.stride, shape.padding)
+        cl = torch.channels_last
+        inp = inp.contiguous(memory_format=cl)
+        i = len(self.layers)
+        slot = ex.slots[op.inputs[0]]
+        self.layers.append(_Layer(conv, slot, inp.numel(), table))
+        handle = self._new_handle(table.branches)
+        self._select(i, counters, slot, inp.numel(), table, handle)
+        out = {}
+
+        def dense():
+            y = F.conv2d(inp, op.attrs["weight"], op.attrs["bias"], shape.stride, shape.padding)
+            out["y"] = y if y.is_contiguous(memory_format=cl) else y.contiguous(memory_format=cl)
+
+        bodies = [dense] + [lambda k=k: self._sparse(op, k, inp, out["y"]) for k in table.kernels]
+        self._switch(handle, bodies)
+        trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
+        return out["y"]
+
+    def _sparse(self, op, kernel, inp, out):
+        ex = self.ex
+        kentry = ex.cache.kernel(kernel)
+        w = ex._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
+        ex.backend.sparse_conv(kernel, kentry, inp, w, out, ex._workspace(kernel, kentry), ex.convs[op.name].shape)
+        if op.attrs["bias"] is not None:
+            ex.backend.epilogue(out, None, op.attrs["bias"], None, out, None, None, False)
+
+    def _select(self, i, counters, slot, numel, table, handle):
+        sel, dev = self.runner.selector, self.runner.device
+        row = self.table_dev.data_ptr() + 8 * self.offsets[self.layers[i].conv.name]
+        args = [(counters.data_ptr() + 8 * slot, _PTR), (row, _PTR), (numel, _I64),
+                (self.choice.data_ptr() + 4 * i, _PTR), (int(handle), _U64), (1, _I32)]
+        dev.launch(sel["cubin"], sel["function"], (1, 1, 1), (32, 1, 1), 0, args)
+
+    def _new_handle(self, branches: int):
+        return new_switch_handle(self.runner.device.drv, self.torch, self.ctx, branches)
+
+    def _switch(self, handle, bodies):
+        append_switch(self.runner.device.drv, self.torch, self.ctx, handle, bodies, self.side,
+                      [self.pool] + [None] * (len(bodies) - 1))
+
+    # -- after a replay ----------------------------------------------------------------------------
+    def trace(self, captured: list[LayerTrace]) -> list[LayerTrace]:
+        """The executor's trace with each device-dispatched layer's measured sparsity and branch."""
+        if not self.layers:
+            return list(captured)
+        choice = self.choice.cpu().tolist()
+        counters = self.counters.cpu().tolist()
+        by_name = {}
+        for i, lay in enumerate(self.layers):
+            b = choice[i]
+            by_name[lay.conv.name] = LayerTrace(lay.conv.index, lay.conv.name, counters[lay.slot] / lay.numel,
+                                                "sparse" if b else "dense", lay.table.kernel(b), None)
+        return [by_name.get(t.name, t) for t in captured]
+
+
+@dataclass
+class _Graph:
+    graph: object
+    x: object
+    out: object
+    capture: Capture
+    trace: list
+
+
+class GraphRunner:
+    """Executor.forward as one CUDA graph per input shape. `forward(x)` captures on the first call for
+    x's shape, then only copies x in, replays, and reads the branches back for the trace."""
+
+    def __init__(self, executor, device):
+        torch = self.torch = import_torch()
+        self.executor, self.device = executor, device
+        self.captures = 0
+        self._graphs: dict[tuple, _Graph] = {}
+        self.selector = None
+        if executor.cache is not None and executor.force != "dense":
+            missing = [n for n in ("MemPool", "use_mem_pool") if not hasattr(torch.cuda, n)]
+            drv = device.drv
+            missing += [n for n in ("cuGraphConditionalHandleCreate", "cuStreamBeginCaptureToGraph")
+                        if not hasattr(drv, n)]
+            if missing:
+                raise GraphUnavailable(f"this PyTorch ({torch.__version__}) / cuda-python lacks {', '.join(missing)} "
+                                       "(CUDA graph conditional nodes need CUDA >= 12.8 and torch.cuda.MemPool); "
+                                       "run with --no-graph")
+            self.selector = executor.cache.data.get("selector")
+            if not self.selector:
+                c = executor.cache
+                raise GraphUnavailable(f"{c.path}: no device-side selector (snn_select) in this cache; rebuild "
+                                       f"with: {build_command(c.spec_path, c.gpu, max(c.batches))} "
+                                       "(or run with --no-graph)")
+
+    def forward(self, x):
+        key = (tuple(x.shape), x.dtype)
+        st = self._graphs.get(key)
+        if st is None:
+            st = self._capture(x)
+            self._graphs[key] = st
+        st.x.copy_(x)
+        st.graph.replay()
+        self.executor.last_trace = st.capture.trace(st.trace)  # one copy back, after the whole forward
+        return st.out.clone()
+
+    __call__ = forward
+
+    def capture_for(self, x) -> Capture | None:
+        st = self._graphs.get((tuple(x.shape), x.dtype))
+        return st.capture if st else None
+
+    def _capture(self, x) -> _Graph:
+        torch, ex = self.torch, self.executor
+        static_x = torch.empty(x.shape, dtype=x.dtype, device=ex.device)
+        static_x.copy_(x)
+        # warm-up outside the graph, on a side stream (torch's advice): cuDNN plans and handles for the
+        # dense path of every layer, our modules, the lazily made weight layouts and workspaces
+        cur = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(cur)
+        with torch.cuda.stream(side):
+            force = ex.force
+            try:
+                ex.force = "dense"
+                ex.forward(static_x)
+            finally:
+                ex.force = force
+            ex.forward(static_x)
+        cur.wait_stream(side)
+        torch.cuda.synchronize()
+        cap = Capture(self, static_x.shape[0])
+        g = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(g):
+                out = ex.forward(static_x, capture=cap)
+        except RunError as e:
+            raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
+        finally:
+            ex._capture = None
+        self.captures += 1
+        return _Graph(g, static_x, out, cap, list(ex.last_trace))

@@ -1,0 +1,200 @@
+"""The executor's capture hook and runtime.graph.Capture's wiring, on the CPU (torch, no CUDA).
+
+A CPU stand-in replaces only what needs a GPU: the selector launch (dispatch.select on the host, which
+the GPU test holds equal to the kernel) and the SWITCH node (body 0, the dense conv that allocates the
+output, is recorded, i.e. run, always; then the chosen sparse body, if any). Everything else is graph.Capture's own code: the tables, the
+zeroed counters, the per-layer bookkeeping, the sparse bodies with the bias epilogue, the trace.
+Skips without torch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from runtime import dispatch, executor, graph, weights  # noqa: E402
+from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
+
+
+class CpuCapture(graph.Capture):
+    def _prepare(self):
+        pass
+
+    def _select(self, i, counters, slot, numel, table, handle):
+        b = dispatch.select(table, int(counters[slot]), numel)
+        assert self.table_dev[self.offsets[self.layers[i].conv.name]].item() == table.threshold
+        self.choice[i] = b
+        assert handle == ("handle", table.branches)
+
+    def _new_handle(self, branches):
+        return ("handle", branches)
+
+    def _switch(self, handle, bodies):
+        assert len(bodies) == handle[1]
+        self.bodies.append(len(bodies))
+        b = int(self.choice[len(self.layers) - 1])
+        bodies[0]()
+        if b:
+            bodies[b]()
+
+
+class Runner:
+    def __init__(self, ex):
+        self.torch, self.executor, self.device, self.selector = torch, ex, None, {"cubin": "x", "function": "snn_select"}
+
+
+@pytest.mark.parametrize("force,threshold", [("auto", 0.5), ("auto", 0.0), ("sparse", 0.5), ("dense", 0.5)])
+def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
+    sd = weights.random_init(tiny, seed=3)
+    x = torch.randn(2, 3, 20, 20)
+    cache = fake_cache(tiny, threshold=threshold)
+    be = executor.TorchBackend()
+    ex = executor.Executor(tiny, sd, be, cache, device="cpu", force=force)
+    ref = executor.reference(tiny, sd, x.double())
+    cap = CpuCapture(Runner(ex), 2)
+    cap.bodies = []
+    cap.counters.fill_(12345)  # stale counts from a previous forward: the capture must zero them
+    y = ex.forward(x, capture=cap)
+    assert ex._capture is None
+    assert rel_err(y, ref) < 1e-5
+    tr = cap.trace(ex.last_trace)
+    assert [t.name for t in tr] == [c.name for c in tiny.convs]
+    if force == "dense":
+        assert not cap.layers and all(t.path == "dense" for t in tr)
+        return
+    assert {lay.conv.name for lay in cap.layers} == ex.eligible
+    assert cap.bodies == [lay.table.branches for lay in cap.layers]  # one SWITCH per layer: dense + kernels
+    measured = [t for t in tr if t.sparsity is not None]
+    assert len(measured) == len(ex.eligible)
+    for t in measured:
+        assert t.kernel == dispatch.choose(cache.layer_entry(t.name, 2), t.sparsity, force)
+    assert be.sparse_calls == [t.kernel for t in tr if t.kernel]  # only the chosen SWITCH bodies ran
+    if force == "sparse" or threshold == 0.0:
+        assert be.sparse_calls
+    # the same counts as the eager pass
+    ex2 = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force=force)
+    ex2.forward(x)
+    assert {t.name: t.sparsity for t in ex2.last_trace if t.sparsity is not None} == \
+        {t.name: t.sparsity for t in measured}
+
+
+def test_runner_needs_the_selector_in_the_cache(tiny):
+    """An older manifest (no snn_select) makes the graph path unavailable with the rebuild command;
+    a dense-only run needs no selector."""
+    drv = pytest.importorskip("cuda.bindings.driver")
+
+    class Dev:
+        pass
+    dev = Dev()
+    dev.drv = drv
+    sd = weights.random_init(tiny, seed=3)
+    cache = fake_cache(tiny)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    with pytest.raises(graph.GraphUnavailable, match="snn-codegen build tiny.yaml --gpu fake --batch 2"):
+        graph.GraphRunner(ex, dev)
+    cache.data["selector"] = {"cubin": "/x.cubin", "function": "snn_select"}
+    assert graph.GraphRunner(ex, dev).selector["function"] == "snn_select"
+    exd = executor.Executor(tiny, sd, executor.TorchBackend(), fake_cache(tiny), device="cpu", force="dense")
+    assert graph.GraphRunner(exd, dev).selector is None
+
+
+def test_append_switch_calls_the_driver_in_order():
+    """The cuda-python sequence of graph.append_switch / new_switch_handle against a recording driver
+    whose functions take exactly the real bindings' parameters (read from cuda.bindings' signatures) and
+    whose node-params object only accepts the real struct's field names."""
+    real = pytest.importorskip("cuda.bindings.driver")
+    import contextlib
+    import inspect
+    import re
+    from types import SimpleNamespace
+
+    calls = []
+
+    def nparams(name):
+        first = getattr(real, name).__doc__.strip().splitlines()[0]
+        return len([p for p in re.match(r"\w+\((.*)\)", first).group(1).split(",") if p.strip()])
+
+    class Strict(SimpleNamespace):
+        fields: tuple = ()
+
+        def __setattr__(self, k, v):
+            assert k in self.fields, f"no field {k!r} in the real struct"
+            super().__setattr__(k, v)
+
+    class Cond(Strict):
+        fields = tuple(a for a in dir(real.CUgraphNodeParams().conditional) if not a.startswith("_"))
+
+    class Params(Strict):
+        fields = tuple(a for a in dir(real.CUgraphNodeParams()) if not a.startswith("_"))
+
+        def __init__(self):
+            object.__setattr__(self, "conditional", Cond())
+
+    def rec(name, ret):
+        def f(*args):
+            assert len(args) == nparams(name), (name, len(args), nparams(name))
+            calls.append((name, args))
+            return ret(*args) if callable(ret) else ret
+        return f
+
+    active = real.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE
+
+    def add_node(graph, deps, edges, n, params):
+        assert params.type == real.CUgraphNodeType.CU_GRAPH_NODE_TYPE_CONDITIONAL
+        assert params.conditional.type == real.CUgraphConditionalNodeType.CU_GRAPH_COND_TYPE_SWITCH
+        assert deps == ["dep"] and n == 1
+        object.__setattr__(params.conditional, "phGraph_out", [f"body{k}" for k in range(params.conditional.size)])
+        return (0, "node")
+
+    drv = SimpleNamespace(
+        CUstream=lambda s: ("stream", s), CUstreamCaptureStatus=real.CUstreamCaptureStatus,
+        CUgraphNodeType=real.CUgraphNodeType, CUgraphConditionalNodeType=real.CUgraphConditionalNodeType,
+        CUstreamUpdateCaptureDependencies_flags=real.CUstreamUpdateCaptureDependencies_flags,
+        CUstreamCaptureMode=real.CUstreamCaptureMode, CU_GRAPH_COND_ASSIGN_DEFAULT=real.CU_GRAPH_COND_ASSIGN_DEFAULT,
+        CUgraphNodeParams=Params,
+        cuStreamGetCaptureInfo=rec("cuStreamGetCaptureInfo", (0, active, 1, "graph", ["dep"], None, 1)),
+        cuGraphConditionalHandleCreate=rec("cuGraphConditionalHandleCreate", (0, "handle")),
+        cuGraphAddNode=rec("cuGraphAddNode", add_node),
+        cuStreamUpdateCaptureDependencies=rec("cuStreamUpdateCaptureDependencies", (0,)),
+        cuStreamBeginCaptureToGraph=rec("cuStreamBeginCaptureToGraph", (0,)),
+        cuStreamEndCapture=rec("cuStreamEndCapture", (0, "g")))
+    state = {"stream": "main", "pool": None}
+
+    @contextlib.contextmanager
+    def stream(s):
+        old, state["stream"] = state["stream"], s
+        yield
+        state["stream"] = old
+
+    def begin(dev, pool_id):
+        assert state["stream"] is side and dev == 0  # the body's stream is current when routing starts
+        state["pool"] = pool_id
+
+    def end(dev, pool_id):
+        assert state["pool"] == pool_id
+        state["pool"] = None
+
+    fake_torch = SimpleNamespace(
+        cuda=SimpleNamespace(current_stream=lambda: SimpleNamespace(cuda_stream=state["stream"]), stream=stream,
+                             current_device=lambda: 0),
+        _C=SimpleNamespace(_cuda_beginAllocateCurrentThreadToPool=begin, _cuda_endAllocateToPool=end,
+                           _cuda_releasePool=lambda dev, pool_id: calls.append(("release", pool_id))))
+    h = graph.new_switch_handle(drv, fake_torch, "ctx", 3)
+    assert h == "handle" and calls[-1][1] == ("graph", "ctx", 3, int(real.CU_GRAPH_COND_ASSIGN_DEFAULT))
+    ran = []
+    side = SimpleNamespace(cuda_stream="side")
+    bodies = [lambda k=k: ran.append((k, state["stream"].cuda_stream if hasattr(state["stream"], "cuda_stream")
+                                      else state["stream"], state["pool"])) for k in range(3)]
+    calls.clear()
+    pool = SimpleNamespace(id=(0, 5))
+    assert graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, [pool, None, None]) == "node"
+    assert ("release", (0, 5)) in calls
+    calls.remove(("release", (0, 5)))
+    names = [c[0] for c in calls]
+    assert names == ["cuStreamGetCaptureInfo", "cuGraphAddNode", "cuStreamUpdateCaptureDependencies"] + \
+        ["cuStreamBeginCaptureToGraph", "cuStreamEndCapture"] * 3
+    upd = calls[2][1]
+    assert upd[0] == ("stream", "main") and upd[1] == ["node"] and upd[3] == 1 and \
+        upd[4] == int(real.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES)
+    begins = [c[1] for c in calls if c[0] == "cuStreamBeginCaptureToGraph"]
+    assert [b[1] for b in begins] == ["body0", "body1", "body2"] and all(b[0] == ("stream", "side") for b in begins)
+    assert ran == [(0, "side", (0, 5)), (1, "side", None), (2, "side", None)]
+    assert state == {"stream": "main", "pool": None}
+    assert inspect.isfunction(graph.capture_info)
