@@ -254,9 +254,13 @@ def time_fn(torch, fn, flush, warmup=5, reps=30):
 
 
 def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7)]
-    ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1)]
-    tcs = [16, 32, shape.C] if batch == 1 else [32, min(shape.C, 128)]  # the set of docs/results/kernels/run1
+    """The configs timed per layer. run1's set, plus (perf round): tc = 8 at batch 1 (more blocks,
+    each walking fewer channels), nt = 4 at 32 threads, and at batch > 1 8x8 spatial tiles (64
+    outputs; 7x14 spilled) (each weight a block loads feeds more outputs: L2 -> SM weight traffic is
+    B * tiles * C*N*R*S*4 bytes, whatever tc and nt)."""
+    tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7), (8, 8)]
+    ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1), (32, 4)]
+    tcs = [8, 16, 32, shape.C] if batch == 1 else [32, min(shape.C, 128)]
     out = []
     for th, tw in tiles:
         th, tw = min(th, shape.P), min(tw, shape.Q)
@@ -267,6 +271,15 @@ def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
                 if tc <= shape.C:
                     out.append(KernelConfig(th, tw, tc, threads, nt))
     return sorted(set(out))
+
+
+def best_of(path: Path) -> dict[tuple[str, int], set[str]]:
+    """(shape tag, batch) -> the kernels that won any level in a previous bench JSON (re-timing an
+    older version's winners in the same session as the new one)."""
+    out: dict[tuple[str, int], set[str]] = {}
+    for r in json.loads(path.read_text())["bench"]:
+        out.setdefault((r["shape"], r["batch"]), set()).add(r["best_kernel"])
+    return out
 
 
 def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
@@ -326,6 +339,34 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
     return rows
 
 
+def ceilings(torch, log=print) -> dict:
+    """The two measured ceilings of METHOD.md: device-to-device copy (bytes read + written) and an
+    FP32 matrix product (TF32 off), median of events over repeated runs."""
+    def med(fn, reps=20):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b) / 1000.0)
+        return statistics.median(ts)
+    src = torch.empty(1 << 28, device="cuda").uniform_()   # 1 GiB
+    dst = torch.empty_like(src)
+    t_copy = med(lambda: dst.copy_(src))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = 8192
+    a_, b_ = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    t_mm = med(lambda: torch.mm(a_, b_), reps=10)
+    out = {"copy_TBps": round(2 * src.numel() * 4 / t_copy / 1e12, 3), "fp32_mm_TFLOPs": round(2 * n ** 3 / t_mm / 1e12, 2)}
+    log(f"ceilings: {out}")
+    del src, dst, a_, b_
+    return out
+
+
 # ------------------------------------------------------------------ main
 
 def check_items(batches_extra=(3,)):
@@ -363,6 +404,8 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--levels", default="0.5,0.7,0.9,0.99")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--best-of", type=Path, default=None,
+                    help="bench only the kernels that won in this earlier bench JSON (same names)")
     a = ap.parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
@@ -374,6 +417,10 @@ def main(argv=None):
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
     bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                          for loop in emit.LOOPS] for _, sh in layers for b in batches}
+    if a.best_of:
+        won = best_of(a.best_of)
+        bench_k = {key: [k for k in ks if k.name in won.get((key[0].tag(), key[1]), set())]
+                   for key, ks in bench_k.items()}
     if a.limit:
         items, coo = items[:a.limit], coo[:2]
     sources = {k.name: k.source for k, *_ in items + coo}
@@ -404,6 +451,7 @@ def main(argv=None):
               flush=True)
         failed |= bool(bad)
     if a.mode in ("bench", "all"):
+        result["ceilings"] = ceilings(torch)
         torch.backends.cudnn.benchmark = True
         rows = bench(torch, drv, bench_k, layers, batches, levels, reps=a.reps)
         result["bench"] = rows
