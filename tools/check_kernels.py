@@ -254,13 +254,13 @@ def time_fn(torch, fn, flush, warmup=5, reps=30):
 
 
 def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The configs timed per layer. run1's set, plus (perf round): tc = 8 at batch 1 (more blocks,
-    each walking fewer channels), nt = 4 at 32 threads, and at batch > 1 8x8 spatial tiles (64
-    outputs; 7x14 spilled) (each weight a block loads feeds more outputs: L2 -> SM weight traffic is
-    B * tiles * C*N*R*S*4 bytes, whatever tc and nt)."""
+    """The configs timed per layer (perf round v3; run1 had tiles 4x8/7x7/4x4, 32-128 threads x nt
+    1-2, tc 16/32/C at batch 1 and 32/min(C,128) at batch 32). Batch 1: tc 4/8/16/32 (v2: tc = C
+    never won, tc 8 nearly always); batch > 1: 8x8 tiles too (fewer tiles per image: less
+    L2 -> SM weight traffic, B * tiles * C*N*R*S*4 bytes whatever tc and nt), tc 32/64/min(C,128)."""
     tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7), (8, 8)]
-    ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1), (32, 4)]
-    tcs = [8, 16, 32, shape.C] if batch == 1 else [32, min(shape.C, 128)]
+    ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1)]
+    tcs = [4, 8, 16, 32] if batch == 1 else [32, 64, min(shape.C, 128)]
     out = []
     for th, tw in tiles:
         th, tw = min(th, shape.P), min(tw, shape.Q)
@@ -367,6 +367,47 @@ def ceilings(torch, log=print) -> dict:
     return out
 
 
+def table(after: dict, before: dict | None = None, levels=(0.5, 0.7, 0.9, 0.99)) -> str:
+    """Markdown: per layer and batch, cuDNN FP32/TF32 and our best time (before -> after) at each
+    level, then geometric means of the speedups. `before`: an earlier bench JSON (same layers)."""
+    old = {(r["layer"], r["batch"], r["sparsity"]): r for r in (before or {}).get("bench", [])}
+    rows = after["bench"]
+    lines = ["| layer | B | cuDNN FP32 µs | TF32 µs | " + " | ".join(
+        f"{lv}: {'before → ' if before else ''}after µs (×FP32)" for lv in levels) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in levels) + " |"]
+    seen = []
+    for r in rows:
+        key = (r["layer"], r["batch"])
+        if key in seen:
+            continue
+        seen.append(key)
+        cells = []
+        for lv in levels:
+            a = next((x for x in rows if (x["layer"], x["batch"], x["sparsity"]) == (*key, lv)), None)
+            if a is None:
+                cells.append("")
+                continue
+            b = old.get((*key, lv))
+            pre = f"{b['sparse_best_us']:.1f} → " if b else ""
+            cells.append(f"{pre}{a['sparse_best_us']:.1f} ({a['speedup_vs_fp32']:.2f})")
+        lines.append(f"| {key[0]} | {key[1]} | {r['cudnn_fp32_us']:.1f} | {r['cudnn_tf32_us']:.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "| B | sparsity | after ×FP32 | after ×TF32 | " + ("before ×FP32 (same session's cuDNN) |" if before else ""),
+              "| --- | --- | --- | --- |" + (" --- |" if before else "")]
+    for b in sorted({r["batch"] for r in rows}):
+        for lv in levels:
+            sel = [r for r in rows if r["batch"] == b and r["sparsity"] == lv]
+            if not sel:
+                continue
+            g = lambda xs: math.exp(statistics.mean(math.log(x) for x in xs))
+            line = f"| {b} | {lv} | {g([r['speedup_vs_fp32'] for r in sel]):.2f} | {g([r['speedup_vs_tf32'] for r in sel]):.2f} |"
+            if before:
+                olds = [old.get((r["layer"], b, lv)) for r in sel]
+                if all(olds):
+                    line += f" {g([r['cudnn_fp32_us'] / o['sparse_best_us'] for r, o in zip(sel, olds)]):.2f} |"
+            lines.append(line)
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ main
 
 def check_items(batches_extra=(3,)):
@@ -395,7 +436,9 @@ def coo_items():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "bench", "sanitize", "all", "compile"])
+    ap.add_argument("mode", choices=["check", "bench", "sanitize", "all", "compile", "table"])
+    ap.add_argument("json", nargs="?", type=Path, help="table: the bench/all JSON to tabulate")
+    ap.add_argument("--before", type=Path, default=None, help="table: an earlier JSON to show as before")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "kernels")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SNN_CACHE_DIR", "~/.cache/snn/cubins")).expanduser())
     ap.add_argument("--arch", default="sm_90")
@@ -407,6 +450,9 @@ def main(argv=None):
     ap.add_argument("--best-of", type=Path, default=None,
                     help="bench only the kernels that won in this earlier bench JSON (same names)")
     a = ap.parse_args(argv)
+    if a.mode == "table":
+        print(table(json.loads(a.json.read_text()), json.loads(a.before.read_text()) if a.before else None))
+        return 0
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
