@@ -73,15 +73,15 @@ def tile_taps(shape: ConvShape, cfg: KernelConfig) -> list[list[tuple[int, int, 
     return taps
 
 
-WEIGHT_RING_LIMIT = 24 * 1024  # the per-thread weight ring takes at most this much of STATIC_SMEM_LIMIT
-WEIGHT_RING_DEPTH = 16         # channels of weights in flight (cp.async) while one is used: at batch 1
-                               # a channel often has no FMAs to hide a DRAM latency behind (4 measured ~0.19 us/channel)
+WEIGHT_RING_LIMIT = 20 * 1024  # the per-thread weight ring takes at most this much of STATIC_SMEM_LIMIT
+WEIGHT_RING_DEPTH = 4          # channels of weights in flight (cp.async) while one is used; 16 (with a
+                               # 24 KB ring) measured slower at both batch 1 and 32 (docs/perf-notes.md, v3)
 
 
 def weight_ring_depth(shape: ConvShape, cfg: KernelConfig) -> int:
-    """WD: channels of weights the kernel keeps in flight, <= WEIGHT_RING_DEPTH and <= tc (then all
-    of a block's weights are requested at once, with its input), ring within WEIGHT_RING_LIMIT (at
-    least 1: a 7x7 filter for 128 output channels takes 25 KB a slot)."""
+    """WD: channels of weights the kernel keeps in flight, <= WEIGHT_RING_DEPTH and <= tc (tc <= WD:
+    all of a block's weights are requested at once, with its input), ring within WEIGHT_RING_LIMIT
+    (at least 1: a 7x7 filter for 128 output channels takes 25 KB a slot)."""
     slot = shape.R * shape.S * cfg.threads * cfg.nt * 4
     depth = min(WEIGHT_RING_DEPTH, cfg.tc)
     while depth > 1 and depth * slot > WEIGHT_RING_LIMIT:
