@@ -73,15 +73,54 @@ def tile_taps(shape: ConvShape, cfg: KernelConfig) -> list[list[tuple[int, int, 
     return taps
 
 
+WEIGHT_RING_LIMIT = 20 * 1024  # the per-thread weight ring takes at most this much of STATIC_SMEM_LIMIT
+WEIGHT_RING_DEPTH = 4          # channels of weights in flight (cp.async) while one is used; 16 (with a
+                               # 24 KB ring) measured slower at both batch 1 and 32 (docs/perf-notes.md, v3)
+
+
+def weight_ring_depth(shape: ConvShape, cfg: KernelConfig) -> int:
+    """WD: channels of weights the kernel keeps in flight, <= WEIGHT_RING_DEPTH and <= tc (tc <= WD:
+    all of a block's weights are requested at once, with its input), ring within WEIGHT_RING_LIMIT
+    (at least 1: a 7x7 filter for 128 output channels takes 25 KB a slot)."""
+    slot = shape.R * shape.S * cfg.threads * cfg.nt * 4
+    depth = min(WEIGHT_RING_DEPTH, cfg.tc)
+    while depth > 1 and depth * slot > WEIGHT_RING_LIMIT:
+        depth -= 1
+    return depth
+
+
+REG_MARGIN = 120  # registers beyond accumulators and one channel's taps: addresses, masks, loop state (80 spilled)
+
+
+def register_cap(threads: int, blocks: int) -> int:
+    """Registers per thread ptxas allows for `blocks` resident blocks: each of the SM's 4 schedulers
+    owns a quarter of the 64 K registers and whole warps (seen in ptxas: 9 one-warp blocks give 168)."""
+    warps_per_quadrant = -(-(threads // 32) * blocks // 4)
+    return min(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
+
+
+def min_blocks(shape: ConvShape, cfg: KernelConfig) -> int:
+    """Second __launch_bounds__ argument: the most blocks whose register cap still covers what the
+    tile needs (accumulators + one channel's taps + REG_MARGIN), so more blocks fit on an SM;
+    with 1, ptxas took up to 254 registers for tiles needing ~160."""
+    need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_MARGIN
+    blocks = 1
+    while blocks < 32 and register_cap(cfg.threads, blocks + 1) >= min(need, 255):
+        blocks += 1
+    return blocks
+
+
 def chunk_channels(shape: ConvShape, cfg: KernelConfig) -> int:
-    """Channels staged in shared memory at once (KC): divides tc, <= 32, tile fits STATIC_SMEM_LIMIT."""
+    """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
+    fit STATIC_SMEM_LIMIT."""
     ih, iw = in_tile(shape, cfg)
     npix = ih * iw
     words = math.ceil(npix / 32)
+    ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt * 4
     for kc in range(min(cfg.tc, 32), 0, -1):
-        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 <= STATIC_SMEM_LIMIT:
+        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= STATIC_SMEM_LIMIT:
             return kc
-    raise ValueError(f"in-tile {ih}x{iw} too large for shared memory")
+    raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
 
 
 def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
@@ -93,7 +132,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 R=shape.R, S=shape.S, SH=shape.stride[0], SW=shape.stride[1],
                 PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, TC=cfg.tc,
                 THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
-                NPIX=npix, NWORDS=math.ceil(npix / 32), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
+                NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg), MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"])
 
 

@@ -4,7 +4,10 @@
   same (pixel, channel) order and in-tile position encoding pos = (iy*IW + ix)*TC + c_local.
 - `sparse_conv_fused` is the fused sparse convolution (sparse_conv.cu.j2): same grid of blocks, same
   channel chunks of KC staged as [pixel][channel], same per-channel pixel bitmasks in 32-bit words,
-  same static tap table (`emit.tile_taps`), same bounds checks on the store.
+  same static tap table (`emit.tile_taps`), same bounds checks on the store. KC comes from
+  `emit.geometry`, so it already leaves room for the kernel's cp.async weight ring (WD channels of
+  per-thread taps); the ring only changes when weights arrive, not which channel's taps multiply
+  which pixel, nor the order of the additions into an accumulator, so it needs no mirror here.
 - `sparse_conv_coo` runs the convolution from the COO* buffers, proving they carry everything needed.
 - `conv2d_direct` is the plain float64 convolution they are checked against.
 

@@ -62,9 +62,9 @@ def test_bad_configs_are_refused():
 def test_guards_only_where_needed():
     ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (1, 1), (1, 1)), 1, KernelConfig(4, 4, 20, 32, 1))
     assert "if (p0 + i >= P) break;" in ragged.source and "if (n >= N) continue;" in ragged.source
-    assert "reinterpret_cast<const float4*>(in_b" in ragged.source  # C % 4 == 0 and KC = 20: 16-byte loads
+    assert "snn_cp16(xs" in ragged.source  # C % 4 == 0 and KC = 20: 16-byte copies
     odd_c = emit.render_sparse(ConvShape(3, 64, 20, 20, 7, 7, (2, 2), (3, 3)), 1, KernelConfig(4, 4, 3, 64, 1))
-    assert "reinterpret_cast<const float4*>(in_b" not in odd_c.source  # C = 3: scalar input loads
+    assert "snn_cp16(xs" not in odd_c.source and "snn_cp4(xs" in odd_c.source  # C = 3: 4-byte copies
     exact = emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 128, 2))
     assert "p0 + i >= P" not in exact.source and "n >= N" not in exact.source
 

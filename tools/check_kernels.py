@@ -254,9 +254,13 @@ def time_fn(torch, fn, flush, warmup=5, reps=30):
 
 
 def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7)]
+    """The configs timed per layer (perf round v3; run1 had tiles 4x8/7x7/4x4, 32-128 threads x nt
+    1-2, tc 16/32/C at batch 1 and 32/min(C,128) at batch 32). Batch 1: tc 4/8/16/32 (v2: tc = C
+    never won, tc 8 nearly always); batch > 1: 8x8 tiles too (fewer tiles per image: less
+    L2 -> SM weight traffic, B * tiles * C*N*R*S*4 bytes whatever tc and nt), tc 32/64/min(C,128)."""
+    tiles = [(4, 8), (7, 7), (4, 4)] if batch == 1 else [(4, 8), (7, 7), (8, 8)]
     ntb = [(32, 1), (64, 1), (32, 2), (64, 2), (128, 1)]
-    tcs = [16, 32, shape.C] if batch == 1 else [32, min(shape.C, 128)]  # the set of docs/results/kernels/run1
+    tcs = [4, 8, 16, 32] if batch == 1 else [32, 64, min(shape.C, 128)]
     out = []
     for th, tw in tiles:
         th, tw = min(th, shape.P), min(tw, shape.Q)
@@ -267,6 +271,15 @@ def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
                 if tc <= shape.C:
                     out.append(KernelConfig(th, tw, tc, threads, nt))
     return sorted(set(out))
+
+
+def best_of(path: Path) -> dict[tuple[str, int], set[str]]:
+    """(shape tag, batch) -> the kernels that won any level in a previous bench JSON (re-timing an
+    older version's winners in the same session as the new one)."""
+    out: dict[tuple[str, int], set[str]] = {}
+    for r in json.loads(path.read_text())["bench"]:
+        out.setdefault((r["shape"], r["batch"]), set()).add(r["best_kernel"])
+    return out
 
 
 def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
@@ -326,6 +339,75 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
     return rows
 
 
+def ceilings(torch, log=print) -> dict:
+    """The two measured ceilings of METHOD.md: device-to-device copy (bytes read + written) and an
+    FP32 matrix product (TF32 off), median of events over repeated runs."""
+    def med(fn, reps=20):
+        for _ in range(3):
+            fn()
+        ts = []
+        for _ in range(reps):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn()
+            b.record()
+            b.synchronize()
+            ts.append(a.elapsed_time(b) / 1000.0)
+        return statistics.median(ts)
+    src = torch.empty(1 << 28, device="cuda").uniform_()   # 1 GiB
+    dst = torch.empty_like(src)
+    t_copy = med(lambda: dst.copy_(src))
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = 8192
+    a_, b_ = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    t_mm = med(lambda: torch.mm(a_, b_), reps=10)
+    out = {"copy_TBps": round(2 * src.numel() * 4 / t_copy / 1e12, 3), "fp32_mm_TFLOPs": round(2 * n ** 3 / t_mm / 1e12, 2)}
+    log(f"ceilings: {out}")
+    del src, dst, a_, b_
+    return out
+
+
+def table(after: dict, before: dict | None = None, levels=(0.5, 0.7, 0.9, 0.99)) -> str:
+    """Markdown: per layer and batch, cuDNN FP32/TF32 and our best time (before -> after) at each
+    level, then geometric means of the speedups. `before`: an earlier bench JSON (same layers)."""
+    old = {(r["layer"], r["batch"], r["sparsity"]): r for r in (before or {}).get("bench", [])}
+    rows = after["bench"]
+    lines = ["| layer | B | cuDNN FP32 µs | TF32 µs | " + " | ".join(
+        f"{lv}: {'before → ' if before else ''}after µs (×FP32)" for lv in levels) + " |",
+        "| --- | --- | --- | --- | " + " | ".join("---" for _ in levels) + " |"]
+    seen = []
+    for r in rows:
+        key = (r["layer"], r["batch"])
+        if key in seen:
+            continue
+        seen.append(key)
+        cells = []
+        for lv in levels:
+            a = next((x for x in rows if (x["layer"], x["batch"], x["sparsity"]) == (*key, lv)), None)
+            if a is None:
+                cells.append("")
+                continue
+            b = old.get((*key, lv))
+            pre = f"{b['sparse_best_us']:.1f} → " if b else ""
+            cells.append(f"{pre}{a['sparse_best_us']:.1f} ({a['speedup_vs_fp32']:.2f})")
+        lines.append(f"| {key[0]} | {key[1]} | {r['cudnn_fp32_us']:.1f} | {r['cudnn_tf32_us']:.1f} | " + " | ".join(cells) + " |")
+    lines += ["", "| B | sparsity | after ×FP32 | after ×TF32 | " + ("before ×FP32 (same session's cuDNN) |" if before else ""),
+              "| --- | --- | --- | --- |" + (" --- |" if before else "")]
+    for b in sorted({r["batch"] for r in rows}):
+        for lv in levels:
+            sel = [r for r in rows if r["batch"] == b and r["sparsity"] == lv]
+            if not sel:
+                continue
+            g = lambda xs: math.exp(statistics.mean(math.log(x) for x in xs))
+            line = f"| {b} | {lv} | {g([r['speedup_vs_fp32'] for r in sel]):.2f} | {g([r['speedup_vs_tf32'] for r in sel]):.2f} |"
+            if before:
+                olds = [old.get((r["layer"], b, lv)) for r in sel]
+                if all(olds):
+                    line += f" {g([r['cudnn_fp32_us'] / o['sparse_best_us'] for r, o in zip(sel, olds)]):.2f} |"
+            lines.append(line)
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------ main
 
 def check_items(batches_extra=(3,)):
@@ -354,7 +436,9 @@ def coo_items():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "bench", "sanitize", "all", "compile"])
+    ap.add_argument("mode", choices=["check", "bench", "sanitize", "all", "compile", "table"])
+    ap.add_argument("json", nargs="?", type=Path, help="table: the bench/all JSON to tabulate")
+    ap.add_argument("--before", type=Path, default=None, help="table: an earlier JSON to show as before")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "results" / "kernels")
     ap.add_argument("--cache", type=Path, default=Path(os.environ.get("SNN_CACHE_DIR", "~/.cache/snn/cubins")).expanduser())
     ap.add_argument("--arch", default="sm_90")
@@ -363,7 +447,12 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,32")
     ap.add_argument("--levels", default="0.5,0.7,0.9,0.99")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--best-of", type=Path, default=None,
+                    help="bench only the kernels that won in this earlier bench JSON (same names)")
     a = ap.parse_args(argv)
+    if a.mode == "table":
+        print(table(json.loads(a.json.read_text()), json.loads(a.before.read_text()) if a.before else None))
+        return 0
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
@@ -374,6 +463,10 @@ def main(argv=None):
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
     bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                          for loop in emit.LOOPS] for _, sh in layers for b in batches}
+    if a.best_of:
+        won = best_of(a.best_of)
+        bench_k = {key: [k for k in ks if k.name in won.get((key[0].tag(), key[1]), set())]
+                   for key, ks in bench_k.items()}
     if a.limit:
         items, coo = items[:a.limit], coo[:2]
     sources = {k.name: k.source for k, *_ in items + coo}
@@ -404,6 +497,7 @@ def main(argv=None):
               flush=True)
         failed |= bool(bad)
     if a.mode in ("bench", "all"):
+        result["ceilings"] = ceilings(torch)
         torch.backends.cudnn.benchmark = True
         rows = bench(torch, drv, bench_k, layers, batches, levels, reps=a.reps)
         result["bench"] = rows
