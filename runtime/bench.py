@@ -797,3 +797,161 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
         if not env.cpu:
             torch.cuda.empty_cache()
     return doc
+
+
+# ------------------------------------------------------------------------------ summary (no torch)
+FIG8_NOTE = ("model-chosen vs exhaustive-best (paper Fig. 8): not measured; `calibrate --exhaustive` is not "
+             "implemented yet")
+
+
+def layer_rows(doc: dict) -> list[dict]:
+    """Per batch and level: speedup statistics over the distinct shapes of one layers document."""
+    rows = []
+    for B in doc["batches"]:
+        for lv in doc["levels"]:
+            k = level_key(lv)
+            recs = [(s, s["batches"][str(B)]) for s in doc["shapes"] if str(B) in s["batches"]]
+            recs = [(s, b, b["levels"][k]) for s, b in recs if k in b["levels"]]
+            if not recs:
+                continue
+            fp32 = [r["speedup_fp32"] for _, _, r in recs]
+            tf32 = [r["speedup_tf32"] for _, _, r in recs]
+            epi = [b["epilogue"]["epilogue"]["median_us"] for _, b, _ in recs]
+            epi_c = [b["epilogue"]["epilogue_count"]["median_us"] for _, b, _ in recs]
+            both = [(r["dense_fp32_us"] + e) / (r["sparse_us"] + e) for (_, _, r), e in zip(recs, epi)]
+            ours = [r["dense_fp32_us"] / (r["sparse_us"] + e) for (_, _, r), e in zip(recs, epi_c)]
+            net_dense = sum(s["count"] * r["dense_fp32_us"] for s, _, r in recs)
+            net_sparse = sum(s["count"] * r["sparse_us"] for s, _, r in recs)
+            errs = [r.get("rel_err_vs_cudnn_fp32") for _, _, r in recs]
+            rows.append({"batch": B, "level": lv, "shapes": len(recs),
+                         "geomean_fp32": geomean(fp32), "mean_fp32": float(np.mean(fp32)),
+                         "geomean_tf32": geomean(tf32), "geomean_fp32_epilogue_both": geomean(both),
+                         "geomean_fp32_epilogue_ours": geomean(ours),
+                         "weighted_fp32": net_dense / net_sparse if net_sparse else None,
+                         "wins_fp32": sum(1 for x in fp32 if x > 1), "wins_tf32": sum(1 for x in tf32 if x > 1),
+                         "max_rel_err": max((e for e in errs if e is not None), default=None),
+                         "nan_outputs": sum(1 for _, _, r in recs if r.get("nan_in_output"))})
+    return rows
+
+
+def lowest_levels(doc: dict, key: str = "dense_fp32_us") -> list[dict]:
+    out = []
+    for s in doc["shapes"]:
+        row = {"label": s["label"], "count": s["count"], "batches": {}}
+        for B, b in s["batches"].items():
+            pairs = {float(k): (r["sparse_us"], r[key]) for k, r in b["levels"].items()}
+            row["batches"][B] = lowest_winning_level(pairs)
+        out.append(row)
+    return out
+
+
+def _f(x, fmt="{:.2f}", none="–"):
+    return none if x is None else fmt.format(x)
+
+
+def summary_markdown(docs: list[dict]) -> str:
+    """The Markdown summary of every bench/calibrate document found in one results folder."""
+    lines = ["# snn benchmark summary", ""]
+    envs = [d["environment"] for d in docs if d.get("environment")]
+    if envs:
+        e = envs[0]
+        lines += [f"GPU: {e.get('gpu')} (driver {e.get('driver', '?')}), torch {e.get('torch')}, cuDNN "
+                  f"{e.get('cudnn')}, CUDA {e.get('cuda_runtime')}; commit {e.get('git_commit') or '?'}; "
+                  f"measured {e.get('utc')}.", ""]
+    layers = [d for d in docs if d.get("kind") == "layers"]
+    e2e = [d for d in docs if d.get("kind") == "e2e"]
+    cal = [d for d in docs if d.get("kind") == "calibrate"]
+    if layers:
+        lines += ["## Layers: sparse path vs cuDNN (paper Figs. 10-11)", "",
+                  "Per distinct conv shape; inputs are real activations on photos thresholded to the level. "
+                  "*Speedup* = cuDNN time / our time, both the convolution alone (best of NHWC/NCHW for "
+                  "cuDNN); *+epi both*: the bias+ReLU epilogue added to both sides (both paths run it); "
+                  "*+epi ours*: our conv + epilogue with zero counting against cuDNN's conv alone (the "
+                  "harshest view); *weighted*: whole-network conv time at that level (each shape times "
+                  "its count), cuDNN over ours.", ""]
+        for d in layers:
+            lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. Images: "
+                      f"{d['images'].get('source')} ({d['images'].get('distinct', d['images'].get('n'))} distinct).", "",
+                      "| batch | level | shapes | geomean vs FP32 | mean vs FP32 | geomean vs TF32 | +epi both | "
+                      "+epi ours | weighted vs FP32 | wins FP32 | wins TF32 | max rel err |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+            for r in layer_rows(d):
+                lines.append(f"| {r['batch']} | {r['level']:.2f} | {r['shapes']} | {_f(r['geomean_fp32'])} | "
+                             f"{_f(r['mean_fp32'])} | {_f(r['geomean_tf32'])} | {_f(r['geomean_fp32_epilogue_both'])} | "
+                             f"{_f(r['geomean_fp32_epilogue_ours'])} | {_f(r['weighted_fp32'])} | "
+                             f"{r['wins_fp32']}/{r['shapes']} | {r['wins_tf32']}/{r['shapes']} | "
+                             f"{_f(r['max_rel_err'], '{:.1e}')} |")
+            lows = lowest_levels(d)
+            bs = [str(b) for b in d["batches"]]
+            lines += ["", f"Lowest measured level from which each shape beats cuDNN FP32 (levels "
+                      f"{', '.join(f'{x:.2f}' for x in d['levels'])}; 'never': not even at the highest):", "",
+                      "| shape | layers | " + " | ".join(f"batch {b}" for b in bs) + " |",
+                      "|---|---|" + "---|" * len(bs)]
+            for r in lows:
+                lines.append(f"| {r['label']} | {r['count']} | " + " | ".join(
+                    _f(r["batches"].get(b), none="never") if b in r["batches"] else "–" for b in bs) + " |")
+            lines += ["", FIG8_NOTE + ".", ""]
+    if cal:
+        lines += ["## Calibration (measured thresholds written into the manifest)", ""]
+        for d in cal:
+            rows = d.get("rows", [])
+            never = sum(1 for r in rows if r["never"])
+            th = [r["threshold"] for r in rows if not r["never"]]
+            lines += [f"### {d['network']}", "", f"{len(rows)} layer/batch entries calibrated "
+                      f"(batches {', '.join(map(str, d['batches']))}); sparse never wins on {never}; "
+                      f"median threshold where it does: {_f(median(th))}.", "",
+                      "| layer | batch | threshold |", "|---|---|---|"]
+            for r in rows:
+                t = "never" if r["never"] else f"{r['threshold']:.2f}"
+                lines.append(f"| {r['layer']} | {r['batch']} | {t} |")
+            lines.append("")
+    if e2e:
+        lines += ["## End to end (paper Figs. 12-13)", ""]
+        for d in e2e:
+            prof = d.get("sparsity_profile")
+            lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. " + (
+                f"**Sparsity profile {prof}: {d['sparsity_profile_note']}.**" if prof else
+                "Sparsity as the weights give it on the images."), ""]
+            names = sorted({k for r in d["runs"].values() for k in r["times_ms"]}, key=lambda k: (k != "snn", k))
+            lines += ["| batch | " + " | ".join(f"{n} ms" for n in names) + " | snn speedup over " + ", ".join(
+                n for n in names if n != "snn") + " | energy mJ/image (snn / torchvision_fp32) | mean input "
+                "sparsity | sparse convs |", "|---|" + "---|" * (len(names) + 4)]
+            for B, r in d["runs"].items():
+                t = r["times_ms"]
+                en = r.get("energy", {})
+                es, ef = (en.get("snn") or {}).get("mj_per_image"), (en.get("torchvision_fp32") or {}).get("mj_per_image")
+                lines.append(f"| {B} | " + " | ".join(_f(t[n]["median_ms"], "{:.3f}") if n in t else "–" for n in names)
+                             + " | " + ", ".join(_f(r["speedup_snn_over"].get(n)) for n in names if n != "snn")
+                             + f" | {_f(es, '{:.1f}')} / {_f(ef, '{:.1f}')} | {_f(r.get('mean_conv_input_sparsity'))} | "
+                             f"{r.get('sparse_layers')}/{len(r.get('layers', []))} |")
+            lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def load_results(folder: str | Path) -> list[dict]:
+    docs = []
+    for p in sorted(Path(folder).glob("*.json")):
+        try:
+            d = json.loads(p.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("kind") in ("layers", "e2e", "calibrate"):
+            docs.append(d)
+    return docs
+
+
+def report(folder: str | Path, plots: bool = True) -> tuple[Path, list[Path], str | None]:
+    """summary.md and the PNG plots of every result document in `folder`; the note says why plots
+    were not drawn (matplotlib missing), else None."""
+    from . import plots as plotmod
+    docs = load_results(folder)
+    if not docs:
+        raise RunError(f"{folder}: no bench or calibrate results (*.json) found")
+    md = Path(folder) / "summary.md"
+    md.write_text(summary_markdown(docs))
+    if not plots:
+        return md, [], None
+    if not plotmod.available():
+        return md, [], ("matplotlib is not installed: no plots drawn (pip install matplotlib, then "
+                        f"`snn-run bench report {folder}`)")
+    return md, plotmod.plot_all(docs, folder), None
