@@ -216,6 +216,13 @@ class Env:
             nv = Nvml.open()
             if nv:
                 d.update(nv.describe())
+            if not d.get("driver"):
+                try:
+                    r = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                       capture_output=True, text=True, timeout=20)
+                    d["driver"] = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else None
+                except (OSError, subprocess.SubprocessError):
+                    pass
         return d
 
     def l2_bytes(self) -> int:
@@ -277,12 +284,10 @@ class Timer:
     def __call__(self, fns) -> list[float]:
         """fns: callables run in rotation; returns `reps` times in microseconds."""
         torch, k = self.env.torch, len(fns)
-        t0 = time.perf_counter()
         for i in range(self.warmup):
             self.flush()
             fns[i % k]()
         self.env.sync()
-        host_us = (time.perf_counter() - t0) * 1e6 / max(1, self.warmup)
         if self.env.cpu:
             out = []
             for i in range(self.reps):
@@ -290,13 +295,21 @@ class Timer:
                 fns[i % k]()
                 out.append((time.perf_counter() - t) * 1e6)
             return out
+        # host cost of enqueueing one run, measured on an idle GPU (warm-up held cuDNN's autotuning)
+        t0 = time.perf_counter()
+        for i in range(3):
+            self.flush()
+            fns[i % k]()
+        host_us = (time.perf_counter() - t0) * 1e6 / 3
+        self.env.sync()
         out = []
         chunk = 64  # events + launches queued per chunk: well under the launch queue's depth
         for c0 in range(0, self.reps, chunk):
             n = min(chunk, self.reps - c0)
             ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
             if self.has_sleep:  # keep the GPU behind the host: launch latency stays out of the events
-                torch.cuda._sleep(int(min(2e6 + n * host_us * 1.5, 5e5 * 1000) * _CYCLES_PER_US / 1000))
+                sleep_us = min(100.0 + 1.5 * n * host_us, 200_000.0)
+                torch.cuda._sleep(int(sleep_us * _CYCLES_PER_US))
             for i in range(n):
                 self.flush()
                 ev[i][0].record()
@@ -670,7 +683,7 @@ def _time_forward(env: Env, fn, inputs, reps, warmup) -> list[float]:
     return out
 
 
-def _energy(env: Env, nv, fn, inputs, min_s: float = 1.0, min_reps: int = 10) -> dict | None:
+def _energy(env: Env, nv, fn, inputs, min_s: float = 0.5, min_reps: int = 5) -> dict | None:
     if nv is None or env.cpu:
         return None
     env.sync()

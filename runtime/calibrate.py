@@ -56,7 +56,9 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
             pairs = {}
             for lk, choice in entry["levels"].items():
                 m = measurements.get(measurement_key(shape.tag(), int(b), float(lk), choice["kernel"]))
-                if m is None:
+                if m is None:  # not measured, or measured for a kernel that has since been rebuilt
+                    choice["measured_us"] = None
+                    choice.pop("dense_us", None)
                     continue
                 choice["measured_us"] = m["sparse_us"]
                 choice["dense_us"] = m["dense_us"]
