@@ -215,6 +215,17 @@ def _bar(label):
     return lambda n: click.progressbar(length=n, label=label, show_pos=True, file=sys.stderr)
 
 
+def _profile_suffix(profile):
+    return "_profile" + "-".join(f"{p:g}" for p in profile) if profile else ""
+
+
+def _checkpoint(out, kind, spec, profile=None):
+    """Write the document so far after every shape/batch: an interrupted run keeps what it measured."""
+    from runtime.bench import write_json
+    name = f"{kind}_{load_spec(spec).name}{_profile_suffix(profile) if kind == 'e2e' else ''}"
+    return lambda doc: write_json(doc, f"{out}/{name}.json")
+
+
 def _finish(doc, out, name):
     from runtime.bench import report, write_json
     path = write_json(doc, f"{out}/{name}.json")
@@ -273,7 +284,7 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
     doc = bench.bench_layers(spec, cache_dir, gpu, bench.parse_batches(batch), bench.parse_levels(levels),
                              images_dir, weights, seed, reps or 30, 5 if warmup is None else warmup, nchw,
                              max_shapes, tuple(layers), bar=_bar("bench layers"), cpu_dry_run=cpu_dry_run,
-                             log=click.echo)
+                             log=click.echo, checkpoint=_checkpoint(out, "layers", spec))
     _finish(doc, out, f"layers_{doc['network']}")
 
 
@@ -295,8 +306,9 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
     from runtime import bench
     doc = bench.bench_e2e(spec, cache_dir, gpu, bench.parse_batches(batch), images_dir, weights, seed,
                           bench.parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
-                          cpu_dry_run=cpu_dry_run, log=click.echo)
-    suffix = "_profile" + "-".join(f"{p:g}" for p in doc["sparsity_profile"]) if doc["sparsity_profile"] else ""
+                          cpu_dry_run=cpu_dry_run, log=click.echo,
+                          checkpoint=_checkpoint(out, "e2e", spec, bench.parse_profile(profile)))
+    suffix = _profile_suffix(doc["sparsity_profile"])
     _finish(doc, out, f"e2e_{doc['network']}{suffix}")
 
 

@@ -233,23 +233,45 @@ class Env:
 
 
 class Nvml:
-    """nvidia-ml-py if importable: driver, clocks, and the total-energy counter (mJ)."""
+    """NVML: driver, clocks and the total-energy counter (mJ). Through nvidia-ml-py (pynvml) when it
+    imports, else straight from libnvidia-ml.so.1 with ctypes (the counter needs nothing more)."""
 
-    def __init__(self, mod, handle):
-        self.m, self.h = mod, handle
+    def __init__(self, mod=None, handle=None, lib=None):
+        self.m, self.h, self.lib = mod, handle, lib
 
     @classmethod
     def open(cls):
+        import torch
+        index = torch.cuda.current_device()
+        if os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip().isdigit():
+            index = int(os.environ["CUDA_VISIBLE_DEVICES"].split(",")[index].strip())
         try:
             import pynvml as m
             m.nvmlInit()
-            import torch
-            return cls(m, m.nvmlDeviceGetHandleByIndex(torch.cuda.current_device()))
+            return cls(m, m.nvmlDeviceGetHandleByIndex(index))
+        except Exception:
+            pass
+        try:
+            import ctypes
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() != 0:
+                return None
+            h = ctypes.c_void_p()
+            if lib.nvmlDeviceGetHandleByIndex_v2(ctypes.c_uint(index), ctypes.byref(h)) != 0:
+                return None
+            return cls(None, h, lib)
         except Exception:
             return None
 
     def describe(self) -> dict:
-        m, h, d = self.m, self.h, {}
+        d = {"nvml": "pynvml" if self.m else "ctypes"}
+        if self.m is None:
+            import ctypes
+            buf = ctypes.create_string_buffer(96)
+            if self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0:
+                d["driver"] = buf.value.decode()
+            return d
+        m, h = self.m, self.h
         for key, fn in (("driver", lambda: m.nvmlSystemGetDriverVersion()),
                         ("sm_clock_max_mhz", lambda: m.nvmlDeviceGetMaxClockInfo(h, m.NVML_CLOCK_SM)),
                         ("power_limit_w", lambda: m.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0)):
@@ -262,7 +284,13 @@ class Nvml:
 
     def energy_mj(self) -> int | None:
         try:
-            return int(self.m.nvmlDeviceGetTotalEnergyConsumption(self.h))
+            if self.m is not None:
+                return int(self.m.nvmlDeviceGetTotalEnergyConsumption(self.h))
+            import ctypes
+            v = ctypes.c_ulonglong()
+            if self.lib.nvmlDeviceGetTotalEnergyConsumption(self.h, ctypes.byref(v)) != 0:
+                return None
+            return int(v.value)
         except Exception:
             return None
 
@@ -579,8 +607,9 @@ def derive_layer(rec: dict) -> dict:
 def bench_layers(spec: str, cache_dir: str, gpu: str, batches: list[int], levels: list[float],
                  images_dir: str | None, weights_arg: str | None = None, seed: int = 0, reps: int = 30,
                  warmup: int = 5, nchw: bool = True, max_shapes: int | None = None, only=(),
-                 bar=None, cpu_dry_run: bool = False, log=print) -> dict:
-    """bar(total) -> a context manager with .update(n) (click.progressbar), or None."""
+                 bar=None, cpu_dry_run: bool = False, log=print, checkpoint=None) -> dict:
+    """bar(total) -> a context manager with .update(n) (click.progressbar), or None; checkpoint(doc)
+    is called after every shape with the document so far (`complete` false until the end)."""
     import contextlib
     net = load_spec(spec)
     env = Env(cpu_dry_run)
@@ -604,7 +633,7 @@ def bench_layers(spec: str, cache_dir: str, gpu: str, batches: list[int], levels
            "weights_warning": warning, "images": pool_info, "batches": batches, "levels": levels,
            "timing": {"reps": reps, "warmup": warmup, "input_sets": N_SETS, "l2_flush_bytes": 2 * env.l2_bytes(),
                       "what": __doc__.split("What is in each number")[1].split("Timing:")[0].strip()},
-           "shapes": []}
+           "complete": False, "shapes": []}
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(pool.shape[0]) for _ in range(N_SETS)]
     with (bar(len(groups) * len(batches) * len(levels)) if bar else contextlib.nullcontext()) as progress, \
@@ -612,6 +641,9 @@ def bench_layers(spec: str, cache_dir: str, gpu: str, batches: list[int], levels
         for g in groups:
             _bench_group(env, net, sd, timer, caches, batches, levels, g, z_all, perms, nchw, doc,
                          progress.update if progress else None, log)
+            if checkpoint:
+                checkpoint(doc)
+    doc["complete"] = True
     return doc
 
 
@@ -721,7 +753,7 @@ def _graphed(env: Env, model, example):
 def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_dir: str | None,
               weights_arg: str | None = None, seed: int = 0, profile: list[float] | None = None,
               reps: int = 20, warmup: int = 3, graphs: bool = True, energy: bool = True,
-              cpu_dry_run: bool = False, log=print) -> dict:
+              cpu_dry_run: bool = False, log=print, checkpoint=None) -> dict:
     from .executor import Executor
     net = load_spec(spec)
     env = Env(cpu_dry_run)
@@ -746,7 +778,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                "rotate over sets of images. snn: the executor, per layer cuDNN or our kernels by the zero "
                "counter (FP32 exact). dense_exec: the same executor with every conv on cuDNN (FP32). "
                "torchvision_*: torchvision's model, channels_last, eager or CUDA-graph replay.")},
-           "energy_available": nv is not None, "runs": {}}
+           "energy_available": nv is not None, "complete": False, "runs": {}}
     rng = np.random.default_rng(seed)
     for B in batches:
         cache = caches[B]
@@ -809,6 +841,9 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
         del snn, dense, sets, tv_sets
         if not env.cpu:
             torch.cuda.empty_cache()
+        if checkpoint:
+            checkpoint(doc)
+    doc["complete"] = True
     return doc
 
 
@@ -883,6 +918,8 @@ def summary_markdown(docs: list[dict]) -> str:
                   "harshest view); *weighted*: whole-network conv time at that level (each shape times "
                   "its count), cuDNN over ours.", ""]
         for d in layers:
+            if not d.get("complete", True):
+                lines += [f"**{d['network']}: incomplete (the run was interrupted; the shapes below were measured).**", ""]
             lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. Images: "
                       f"{d['images'].get('source')} ({d['images'].get('distinct', d['images'].get('n'))} distinct).", "",
                       "| batch | level | shapes | geomean vs FP32 | mean vs FP32 | geomean vs TF32 | +epi both | "
@@ -922,6 +959,8 @@ def summary_markdown(docs: list[dict]) -> str:
         lines += ["## End to end (paper Figs. 12-13)", ""]
         for d in e2e:
             prof = d.get("sparsity_profile")
+            if not d.get("complete", True):
+                lines += [f"**{d['network']}: incomplete (the run was interrupted).**", ""]
             lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. " + (
                 f"**Sparsity profile {prof}: {d['sparsity_profile_note']}.**" if prof else
                 "Sparsity as the weights give it on the images."), ""]
