@@ -243,8 +243,15 @@ def _finish(doc, out, name):
 @click.option("--force", is_flag=True, help="Measure again what calibration.json already holds.")
 @click.option("--out", default=None, type=click.Path(file_okay=False, path_type=str),
               help="Also write calibrate_<network>.json, plots and summary.md into this folder.")
+@click.option("--exhaustive", is_flag=True,
+              help="Also build (nvcc, through the cubin cache) and time a sample of stage-1 survivors for a sample "
+                   "of layers at the first batch: the model's choice against the best measured (paper Fig. 8).")
+@click.option("--exhaustive-layers", default=4, type=click.IntRange(min=1), help="Layers (distinct 3x3 shapes first) sampled.")
+@click.option("--exhaustive-configs", default=24, type=click.IntRange(min=2), help="Configs per layer, the model's choice included.")
+@click.option("--exhaustive-level", default=0.7, type=click.FloatRange(0.0, 0.99), help="Input sparsity of the comparison.")
 @_run_errors
-def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, force, out):
+def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, force, out,
+                  exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level):
     """Time cuDNN and the sparse kernel of every conv layer, batch bucket and level on the GPU, and
     write the measured times and the measured threshold (lowest level from which sparse wins) into
     the manifest. Resumable: progress is kept in calibration.json beside the manifest."""
@@ -252,7 +259,9 @@ def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
     res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
                               bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
                               reps or 30, 5 if warmup is None else warmup, force,
-                              bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo)
+                              bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo,
+                              exhaustive={"layers": exhaustive_layers, "configs": exhaustive_configs,
+                                          "level": exhaustive_level} if exhaustive else None)
     for line in calibrate.format_rows(res):
         click.echo(line)
     click.echo(f"updated {res['manifest']} (threshold_source: calibrated)")

@@ -116,3 +116,27 @@ def test_calibrate_writes_manifest_and_resumes(setup):
     assert len(side["measurements"]) == 6
     assert "0 measurement(s) to make" in run(args)            # resumed: nothing left
     assert "6 measurement(s) to make" in run(args + ["--force"])
+
+
+def test_time_exhaustive_compares_model_with_best(setup):
+    """The timing half of --exhaustive on a hand-made sample (building needs nvcc: not here)."""
+    spec, m, tmp = setup
+    from runtime import calibrate
+    net = load_spec(spec)
+    env = bench.Env(cpu_dry_run=True)
+    sd, _ = bench._weights(env, net, None, 0)
+    step = [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0,
+             "args": ["input", "weight", "output"]}]
+    cands = [{"kernel": f"k{i}", "config": {}, "model_choice": i == 0, "predicted_us": 1.0, "cubin": "x",
+              "steps": step, "workspace": {}, "weight_layout": "CRSN", "spills": None} for i in range(3)]
+    cands[2]["spills"] = "spills 8 bytes"
+    plan = [{"layer": "conv4", "layers": ["conv4"], "label": "l", "tag": "t", "batch": 2, "level": 0.7,
+             "stage1_survivors": 10, "candidates": cands}]
+    res = calibrate.time_exhaustive(env, net, sd, plan, None, 0, 2, 1, {"cubin": "e"}, log=lambda *a: None)
+    r = res[0]
+    assert r["timed"] == 2 and r["model_kernel"] == "k0" and r["best_kernel"] in ("k0", "k1")
+    assert r["model_over_best"] >= 1.0 and r["model_rank"] in (1, 2)
+    assert r["candidates"][2]["measured_us"] is None and "cubin" not in r["candidates"][0]
+    md = bench.summary_markdown([{"kind": "calibrate", "network": "tinybench", "batches": [2], "rows": [],
+                                  "exhaustive": res}])
+    assert "Model-chosen vs exhaustive-best" in md and "| l | 2 | 0.70 | 10 | 2 |" in md
