@@ -19,13 +19,13 @@ done > "$out/build.log"
 {
 # 1. per-layer speedups (Figs. 10-11): every distinct shape of ResNet-152 and VGG-19; DenseNet-201's
 #    4 distinct 3x3 shapes plus 1x1 shapes evenly spaced, 16 in all
-snn 110 bench layers --spec network_specs/resnet152.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --out "$out"
+snn 100 bench layers --spec network_specs/resnet152.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --out "$out"
 snn 80 bench layers --spec network_specs/densenet201.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --max-shapes 16 --out "$out"
 snn 80 bench layers --spec network_specs/vgg19.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --out "$out"
 # 2. whole network (Figs. 12-13) with every ReLU feeding a conv set to 0.7 sparsity
-for n in resnet152 densenet201 vgg19; do
-  snn 55 bench e2e --spec network_specs/$n.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
-done
+snn 50 bench e2e --spec network_specs/resnet152.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
+snn 75 bench e2e --spec network_specs/densenet201.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
+snn 45 bench e2e --spec network_specs/vgg19.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
 # 3. calibration of the ResNet-152 manifest, batch 1, every built level, and the sampled exhaustive
 #    comparison (4 layers x 24 configs at 0.7; the cubins were built ahead into the carried cache)
 snn 75 calibrate --spec network_specs/resnet152.yaml --batch 1 --images "$photos" --out "$out" --exhaustive
