@@ -953,10 +953,13 @@ def summary_markdown(docs: list[dict]) -> str:
             lines += [f"### {d['network']}", "", f"{len(rows)} layer/batch entries calibrated "
                       f"(batches {', '.join(map(str, d['batches']))}); sparse never wins on {never}; "
                       f"median threshold where it does: {_f(median(th))}.", "",
-                      "| layer | batch | threshold |", "|---|---|---|"]
-            for r in rows:
-                t = "never" if r["never"] else f"{r['threshold']:.2f}"
-                lines.append(f"| {r['layer']} | {r['batch']} | {t} |")
+                      "| shape | layers | batch | threshold |", "|---|---|---|---|"]
+            grouped: dict = {}
+            for r in rows:  # identical shapes share one measurement: one line each
+                grouped.setdefault((r.get("shape", r["layer"]), r["batch"]), []).append(r)
+            for (shape, b), rs in grouped.items():
+                t = "never" if rs[0]["never"] else f"{rs[0]['threshold']:.2f}"
+                lines.append(f"| {shape} | {len(rs)} | {b} | {t} |")
             lines.append("")
             ex = d.get("exhaustive") or []
             if ex:

@@ -70,8 +70,8 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
             entry["threshold_source"] = "calibrated"
             entry["calibration"] = {"never": lowest is None, "levels_measured": len(pairs),
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3)}
-            rows.append({"layer": layer["name"], "batch": int(b), "threshold": entry["threshold"],
-                         "never": lowest is None})
+            rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
+                         "threshold": entry["threshold"], "never": lowest is None})
     return rows
 
 
