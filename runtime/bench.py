@@ -304,6 +304,7 @@ class Timer:
         self.flush_buf = None if env.cpu else torch.empty(2 * env.l2_bytes() // 4, dtype=torch.float32,
                                                          device=env.device)
         self.has_sleep = hasattr(torch.cuda, "_sleep")
+        self.last: dict = {}
 
     def flush(self):
         if self.flush_buf is not None:
@@ -330,6 +331,7 @@ class Timer:
             fns[i % k]()
         host_us = (time.perf_counter() - t0) * 1e6 / 3
         self.env.sync()
+        self.last = {"host_enqueue_us": round(host_us, 2)}
         out = []
         chunk = 64  # events + launches queued per chunk: well under the launch queue's depth
         for c0 in range(0, self.reps, chunk):
@@ -338,6 +340,7 @@ class Timer:
             if self.has_sleep:  # keep the GPU behind the host: launch latency stays out of the events
                 sleep_us = min(100.0 + 1.5 * n * host_us, 200_000.0)
                 torch.cuda._sleep(int(sleep_us * _CYCLES_PER_US))
+                self.last["sleep_us"] = round(sleep_us, 1)
             for i in range(n):
                 self.flush()
                 ev[i][0].record()
@@ -564,22 +567,27 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
         rec["rel_err_vs_cudnn_fp32"] = err if math.isfinite(err) else None
         rec["nan_in_output"] = bool(torch.isnan(out).any().item())
     w_cl = weight.contiguous(memory_format=cl)
-    times = {"sparse": timer([lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape) for x in sets])}
+    times, hosts = {}, {}
+
+    def run(name, fns, tf32=False):
+        env.set_tf32(tf32)
+        times[name] = timer(fns)
+        hosts[name] = dict(timer.last)  # host enqueue cost and the sleep that hid it
+        env.set_tf32(False)
+
+    run("sparse", [lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape) for x in sets])
     dense = [lambda x=x: F.conv2d(x, w_cl, None, shape.stride, shape.padding) for x in sets]
-    times["dense_fp32_nhwc"] = timer(dense)
-    env.set_tf32(True)
-    times["dense_tf32_nhwc"] = timer(dense)
-    env.set_tf32(False)
+    run("dense_fp32_nhwc", dense)
+    run("dense_tf32_nhwc", dense, True)
     if nchw:
         xs = [x.contiguous() for x in sets]
         w = weight.contiguous()
         dn = [lambda x=x: F.conv2d(x, w, None, shape.stride, shape.padding) for x in xs]
-        times["dense_fp32_nchw"] = timer(dn)
-        env.set_tf32(True)
-        times["dense_tf32_nchw"] = timer(dn)
-        env.set_tf32(False)
+        run("dense_fp32_nchw", dn)
+        run("dense_tf32_nchw", dn, True)
         del xs
     rec["times"] = {k: stats(v) for k, v in times.items()}
+    rec["host"] = hosts
     return rec
 
 
