@@ -23,12 +23,12 @@ snn 100 bench layers --spec network_specs/resnet152.yaml --batch 1,8,32 --levels
 snn 80 bench layers --spec network_specs/densenet201.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --max-shapes 16 --out "$out"
 snn 80 bench layers --spec network_specs/vgg19.yaml --batch 1,8,32 --levels 0.5,0.7,0.9 --images "$photos" --out "$out"
 # 2. whole network (Figs. 12-13) with every ReLU feeding a conv set to 0.7 sparsity
-snn 50 bench e2e --spec network_specs/resnet152.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
-snn 75 bench e2e --spec network_specs/densenet201.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
+snn 60 bench e2e --spec network_specs/resnet152.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
+snn 80 bench e2e --spec network_specs/densenet201.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
 snn 45 bench e2e --spec network_specs/vgg19.yaml --batch 1,8,32 --sparsity-profile 0.7 --images "$photos" --out "$out"
 # 3. calibration of the ResNet-152 manifest, batch 1, every built level, and the sampled exhaustive
 #    comparison (4 layers x 24 configs at 0.7; the cubins were built ahead into the carried cache)
-snn 75 calibrate --spec network_specs/resnet152.yaml --batch 1 --images "$photos" --out "$out" --exhaustive
+snn 60 calibrate --spec network_specs/resnet152.yaml --batch 1 --images "$photos" --out "$out" --exhaustive
 cp generated/resnet152/h100/calibration.json "$out/calibration_sidecar_resnet152.json" 2>/dev/null
 gzip -c generated/resnet152/h100/manifest.json > "$out/manifest_resnet152_calibrated.json.gz" 2>/dev/null
 } 2>&1 | tee "$out/bench.log"
