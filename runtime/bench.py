@@ -905,6 +905,46 @@ def _f(x, fmt="{:.2f}", none="–"):
     return none if x is None else fmt.format(x)
 
 
+def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
+    """One row per network and batch: what the issue's 'done when' asks for, details below."""
+    nets = sorted({d["network"] for d in layers + e2e})
+    if not nets:
+        return []
+    levels = sorted({lv for d in layers for lv in d["levels"]})
+    ex = {d["network"]: [e["model_over_best"] for e in d.get("exhaustive") or [] if e.get("model_over_best")]
+          for d in cal}
+    out = ["## Headline", "",
+           "Layer columns: geometric-mean speedup of the sparse conv over cuDNN FP32 (best of NHWC/NCHW) over the "
+           "distinct conv shapes measured, at each input sparsity; TF32 in brackets. End-to-end columns: snn's "
+           "whole-network time against torchvision's model on cuDNN FP32 eager (and the same executor all-dense), "
+           "and the energy per image of torchvision FP32 over snn's (> 1: snn uses less).", "",
+           "| network | batch | " + " | ".join(f"layers @{lv:.2f}" for lv in levels)
+           + " | e2e vs torchvision FP32 | e2e vs dense executor | energy ratio | model/exhaustive |",
+           "|---|---|" + "---|" * (len(levels) + 4)]
+    for n in nets:
+        ld = next((d for d in layers if d["network"] == n), None)
+        ed = next((d for d in e2e if d["network"] == n), None)
+        rows = layer_rows(ld) if ld else []
+        batches = sorted({int(b) for b in (ld["batches"] if ld else [])} | {int(b) for b in (ed["runs"] if ed else {})})
+        for B in batches:
+            cells = []
+            for lv in levels:
+                r = next((r for r in rows if r["batch"] == B and abs(r["level"] - lv) < 1e-9), None)
+                cells.append(f"{_f(r['geomean_fp32'])} ({_f(r['geomean_tf32'])})" if r else "–")
+            run = (ed or {}).get("runs", {}).get(str(B), {})
+            sp = run.get("speedup_snn_over", {})
+            en = run.get("energy_ratio_over_snn", {})
+            r_ex = ex.get(n)
+            out.append(f"| {n} | {B} | " + " | ".join(cells) + f" | {_f(sp.get('torchvision_fp32'))} | "
+                       f"{_f(sp.get('dense_exec_fp32'))} | {_f(en.get('torchvision_fp32'))} | "
+                       f"{_f(float(np.mean(r_ex)), '{:.3f}') if r_ex else '–'} |")
+    prof = sorted({str(d.get("sparsity_profile")) for d in e2e if d.get("sparsity_profile")})
+    if prof:
+        out += ["", f"End to end with **sparsity profile {', '.join(prof)}** (biases shifted to set the sparsity; "
+                "random weights)."]
+    return out + [""]
+
+
 def summary_markdown(docs: list[dict]) -> str:
     """The Markdown summary of every bench/calibrate document found in one results folder."""
     lines = ["# snn benchmark summary", ""]
@@ -917,6 +957,7 @@ def summary_markdown(docs: list[dict]) -> str:
     layers = [d for d in docs if d.get("kind") == "layers"]
     e2e = [d for d in docs if d.get("kind") == "e2e"]
     cal = [d for d in docs if d.get("kind") == "calibrate"]
+    lines += headline(layers, e2e, cal)
     if layers:
         lines += ["## Layers: sparse path vs cuDNN (paper Figs. 10-11)", "",
                   "Per distinct conv shape; inputs are real activations on photos thresholded to the level. "

@@ -145,6 +145,8 @@ def test_summary_states_what_the_issue_asks():
     assert "exhaustive" in md                           # Fig. 8 status is stated, not hidden
     assert "Sparsity profile [0.7]" in md               # the profile is labelled
     assert "100.0 / 150.0" in md
+    head = md.split("## Headline")[1].split("##")[0]
+    assert "| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | 1.50 | – | – | – |" in head
 
 
 def test_report_writes_summary_and_plots(tmp_path):
