@@ -773,6 +773,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
     prof_report = None
     if profile:
         sd, prof_report = apply_profile(net, sd, pool, profile)
+    sd_cpu = {k: v.detach().cpu() for k, v in sd.items()}
     nv = Nvml.open() if energy and not env.cpu else None
     doc = {"schema": SCHEMA, "kind": "e2e", "network": net.name, "spec": spec, "manifest": str(mpath),
            "environment": env.info(), "weights": weights_arg or "random (seeded, BN calibrated)",
@@ -793,15 +794,17 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
         sets = [pool[torch.as_tensor(rng.permutation(pool.shape[0])[:B].tolist(), device=env.device)
                      % pool.shape[0]] for _ in range(3)]
         variants: dict = {}
-        snn = Executor(net, sd, env.backend(cache), cache, str(env.device), "auto")
-        dense = Executor(net, sd, env.backend(cache), cache, str(env.device), "dense")
+        # the executor folds BN from a CPU state_dict (as weights.load returns it): device tensors
+        # there meet its CPU zeros for bias-free convs
+        snn = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "auto")
+        dense = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "dense")
         variants["snn"] = snn.forward
         variants["dense_exec_fp32"] = dense.forward
         tv, why = _torchvision_model(env, net, sd)
         tv_sets = [x.contiguous(memory_format=torch.channels_last) for x in sets]
         rec: dict = {"times_ms": {}, "energy": {}, "notes": {}}
         with torch.inference_mode():
-            tracer = Executor(net, sd, env.backend(cache), cache, str(env.device), "auto", trace=True)
+            tracer = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "auto", trace=True)
             y_snn = tracer.forward(sets[0])
             rec["layers"] = [{"name": t.name, "sparsity": None if t.sparsity is None else round(t.sparsity, 4),
                               "path": t.path, "kernel": t.kernel, "ms_synced": None if t.ms is None else round(t.ms, 4)}
