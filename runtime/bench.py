@@ -914,8 +914,11 @@ def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
     if not nets:
         return []
     levels = sorted({lv for d in layers for lv in d["levels"]})
-    ex = {d["network"]: [e["model_over_best"] for e in d.get("exhaustive") or [] if e.get("model_over_best")]
-          for d in cal}
+    ex = {(d["network"], e["batch"]): [] for d in cal for e in d.get("exhaustive") or []}
+    for d in cal:
+        for e in d.get("exhaustive") or []:
+            if e.get("model_over_best"):
+                ex[(d["network"], e["batch"])].append(e["model_over_best"])
     out = ["## Headline", "",
            "Layer columns: geometric-mean speedup of the sparse conv over cuDNN FP32 (best of NHWC/NCHW) over the "
            "distinct conv shapes measured, at each input sparsity; TF32 in brackets. End-to-end columns: snn's "
@@ -937,7 +940,7 @@ def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
             run = (ed or {}).get("runs", {}).get(str(B), {})
             sp = run.get("speedup_snn_over", {})
             en = run.get("energy_ratio_over_snn", {})
-            r_ex = ex.get(n)
+            r_ex = ex.get((n, B))
             out.append(f"| {n} | {B} | " + " | ".join(cells) + f" | {_f(sp.get('torchvision_fp32'))} | "
                        f"{_f(sp.get('dense_exec_fp32'))} | {_f(en.get('torchvision_fp32'))} | "
                        f"{_f(float(np.mean(r_ex)), '{:.3f}') if r_ex else '–'} |")
