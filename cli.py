@@ -180,5 +180,163 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     sys.exit(code)
 
 
+# -- calibrate and bench (runtime/calibrate.py, runtime/bench.py, runtime/plots.py) ----------------------
+def _run_errors(fn):
+    """RunError / SpecError / UserError -> one line, exit 1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from runtime.errors import RunError
+        try:
+            return fn(*args, **kwargs)
+        except (RunError, SpecError, UserError) as e:
+            raise click.ClickException(str(e)) from None
+    return wrapper
+
+
+def _bench_options(fn):
+    opts = [
+        click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str),
+                     help="Network spec (YAML), e.g. network_specs/resnet152.yaml."),
+        click.option("--cache", "cache_dir", default="generated", type=click.Path(file_okay=False, path_type=str),
+                     help="Folder holding <network>/<gpu>/manifest.json, as written by `snn-codegen build`."),
+        click.option("--gpu", default="auto", help="GPU name of the build to use; auto: the one matching this device."),
+        click.option("--images", "images_dir", default=None, type=click.Path(path_type=str),
+                     help="Photos whose activations become the inputs (and their mirror images); "
+                          "without it, smooth synthetic images (said so in the output)."),
+        click.option("--weights", default=None, metavar="PATH|torchvision",
+                     help="As for infer; default: seeded random weights with BN statistics calibrated."),
+        click.option("--seed", default=0, help="Seed of the random weights and of the input sets."),
+        click.option("--reps", default=None, type=click.IntRange(min=1), help="Timed runs per measurement (median)."),
+        click.option("--warmup", default=None, type=click.IntRange(min=0), help="Untimed runs first."),
+        click.option("--cpu-dry-run", is_flag=True, hidden=True,
+                     help="Run the whole pipeline on the CPU with the torch emulation (tests; timings mean nothing)."),
+    ]
+    for o in reversed(opts):
+        fn = o(fn)
+    return fn
+
+
+def _bar(label):
+    return lambda n: click.progressbar(length=n, label=label, show_pos=True, file=sys.stderr)
+
+
+def _profile_suffix(profile):
+    return "_profile" + "-".join(f"{p:g}" for p in profile) if profile else ""
+
+
+def _checkpoint(out, kind, spec, profile=None):
+    """Write the document so far after every shape/batch: an interrupted run keeps what it measured."""
+    from runtime.bench import write_json
+    name = f"{kind}_{load_spec(spec).name}{_profile_suffix(profile) if kind == 'e2e' else ''}"
+    return lambda doc: write_json(doc, f"{out}/{name}.json")
+
+
+def _finish(doc, out, name):
+    from runtime.bench import report, write_json
+    path = write_json(doc, f"{out}/{name}.json")
+    click.echo(f"wrote {path}")
+    md, pngs, note = report(out)
+    click.echo(f"wrote {md}" + (f" and {len(pngs)} plot(s)" if pngs else ""))
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
+@run_main.command("calibrate")
+@_bench_options
+@click.option("--batch", "batch", default=None, metavar="B[,B...]", help="Batch buckets; default: all built.")
+@click.option("--levels", default=None, help="Levels (start:stop:step or a comma list); default: all built.")
+@click.option("--force", is_flag=True, help="Measure again what calibration.json already holds.")
+@click.option("--out", default=None, type=click.Path(file_okay=False, path_type=str),
+              help="Also write calibrate_<network>.json, plots and summary.md into this folder.")
+@click.option("--exhaustive", is_flag=True,
+              help="Also build (nvcc, through the cubin cache) and time a sample of stage-1 survivors for a sample "
+                   "of layers at the first batch: the model's choice against the best measured (paper Fig. 8).")
+@click.option("--exhaustive-layers", default=4, type=click.IntRange(min=1), help="Layers (distinct 3x3 shapes first) sampled.")
+@click.option("--exhaustive-configs", default=24, type=click.IntRange(min=2), help="Configs per layer, the model's choice included.")
+@click.option("--exhaustive-level", default=0.7, type=click.FloatRange(0.0, 0.99), help="Input sparsity of the comparison.")
+@_run_errors
+def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, force, out,
+                  exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level):
+    """Time cuDNN and the sparse kernel of every conv layer, batch bucket and level on the GPU, and
+    write the measured times and the measured threshold (lowest level from which sparse wins) into
+    the manifest. Resumable: progress is kept in calibration.json beside the manifest."""
+    from runtime import bench, calibrate
+    res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
+                              bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
+                              reps or 30, 5 if warmup is None else warmup, force,
+                              bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo,
+                              exhaustive={"layers": exhaustive_layers, "configs": exhaustive_configs,
+                                          "level": exhaustive_level} if exhaustive else None)
+    for line in calibrate.format_rows(res):
+        click.echo(line)
+    click.echo(f"updated {res['manifest']} (threshold_source: calibrated)")
+    if out:
+        _finish(res, out, f"calibrate_{res['network']}")
+
+
+@run_main.group("bench")
+def bench_group():
+    """Measure the sparse path against cuDNN (docs/bench.md): JSON, PNG plots, summary.md."""
+
+
+@bench_group.command("layers")
+@_bench_options
+@click.option("--batch", "batch", default="1,8,32", metavar="B[,B...]", help="Batch sizes (each must be built).")
+@click.option("--levels", default="0.5,0.7,0.9", help="Input sparsity levels (comma list or start:stop:step).")
+@click.option("--out", default="results", type=click.Path(file_okay=False, path_type=str),
+              help="Folder for layers_<network>.json, plots and summary.md.")
+@click.option("--max-shapes", default=None, type=click.IntRange(min=1),
+              help="At most this many distinct shapes: all with kernels larger than 1x1, then evenly spaced others.")
+@click.option("--layer", "layers", multiple=True, metavar="NAME", help="Only the shapes of these conv layers.")
+@click.option("--nchw/--no-nchw", default=True, help="Also time cuDNN on NCHW and keep the faster format.")
+@_run_errors
+def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels,
+                     out, max_shapes, layers, nchw):
+    """Per distinct conv shape: speedup of the sparse path over cuDNN FP32 and TF32 across levels and
+    batch sizes, on real activations thresholded to each level (paper Figs. 10-11)."""
+    from runtime import bench
+    doc = bench.bench_layers(spec, cache_dir, gpu, bench.parse_batches(batch), bench.parse_levels(levels),
+                             images_dir, weights, seed, reps or 30, 5 if warmup is None else warmup, nchw,
+                             max_shapes, tuple(layers), bar=_bar("bench layers"), cpu_dry_run=cpu_dry_run,
+                             log=click.echo, checkpoint=_checkpoint(out, "layers", spec))
+    _finish(doc, out, f"layers_{doc['network']}")
+
+
+@bench_group.command("e2e")
+@_bench_options
+@click.option("--batch", "batch", default="1,8,32", metavar="B[,B...]", help="Batch sizes (each must be built).")
+@click.option("--sparsity-profile", "profile", default=None, metavar="S[,S...]",
+              help="Shift each folded-BN bias so every ReLU feeding a conv reaches this sparsity on the images "
+                   "(one value, or one per stage); labelled as such in every output.")
+@click.option("--out", default="results", type=click.Path(file_okay=False, path_type=str),
+              help="Folder for e2e_<network>.json, plots and summary.md.")
+@click.option("--graphs/--no-graphs", default=True, help="Also time torchvision's model replayed from a CUDA graph.")
+@click.option("--energy/--no-energy", default=True, help="Energy per image from NVML's energy counter.")
+@_run_errors
+def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, profile, out,
+                  graphs, energy):
+    """Whole-network time (and energy) of snn against the dense network on cuDNN (FP32 and TF32; eager
+    and CUDA-graph), paper Figs. 12-13."""
+    from runtime import bench
+    doc = bench.bench_e2e(spec, cache_dir, gpu, bench.parse_batches(batch), images_dir, weights, seed,
+                          bench.parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
+                          cpu_dry_run=cpu_dry_run, log=click.echo,
+                          checkpoint=_checkpoint(out, "e2e", spec, bench.parse_profile(profile)))
+    suffix = _profile_suffix(doc["sparsity_profile"])
+    _finish(doc, out, f"e2e_{doc['network']}{suffix}")
+
+
+@bench_group.command("report")
+@click.argument("folder", type=click.Path(file_okay=False, exists=True, path_type=str))
+@_run_errors
+def bench_report_cmd(folder):
+    """Redraw the plots and summary.md of FOLDER from its JSON results (e.g. after a GPU run without matplotlib)."""
+    from runtime.bench import report
+    md, pngs, note = report(folder)
+    click.echo(f"wrote {md}" + "".join(f"\nwrote {p}" for p in pngs))
+    if note:
+        click.echo(f"note: {note}", err=True)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(codegen_main())
