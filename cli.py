@@ -310,7 +310,9 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
                    "(one value, or one per stage); labelled as such in every output.")
 @click.option("--out", default="results", type=click.Path(file_okay=False, path_type=str),
               help="Folder for e2e_<network>.json, plots and summary.md.")
-@click.option("--graphs/--no-graphs", default=True, help="Also time torchvision's model replayed from a CUDA graph.")
+@click.option("--graph/--no-graph", "graphs", default=True,
+              help="Time snn as one CUDA graph with device-side dispatch (default; the eager path is timed beside "
+                   "it) and the dense baselines replayed from CUDA graphs too; --no-graph: eager only.")
 @click.option("--energy/--no-energy", default=True, help="Energy per image from NVML's energy counter.")
 @_run_errors
 def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, profile, out,

@@ -758,6 +758,71 @@ def _graphed(env: Env, model, example):
     return run
 
 
+def _rel_err(torch, y, ref) -> float:
+    return float((torch.linalg.vector_norm((y - ref).double()) / torch.linalg.vector_norm(ref.double())).item())
+
+
+def _trace_rows(trace) -> list[dict]:
+    return [{"name": t.name, "sparsity": None if t.sparsity is None else round(t.sparsity, 4),
+             "path": t.path, "kernel": t.kernel, "ms_synced": None if t.ms is None else round(t.ms, 4)}
+            for t in trace]
+
+
+class _GraphForward:
+    """An executor's forward as one CUDA graph (runtime/graph.py), captured here for `example`'s shape."""
+
+    def __init__(self, ex, example):
+        from .cuda import Device
+        from .graph import GraphRunner
+        self.runner = GraphRunner(ex, Device())
+        self.runner.forward(example)
+
+    def __call__(self, x):
+        return self.runner.forward(x)
+
+    def replay_only(self, x):
+        st = self.runner._graphs[(tuple(x.shape), x.dtype)]
+        st.x.copy_(x)
+        return st.graph.replay
+
+
+def _replay_ms(env: Env, replay, reps: int = 30) -> float:
+    """Median GPU time of one graph replay (CUDA events), the number kernel_sum is compared with."""
+    torch = env.torch
+    replay()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return round(statistics.median(ts), 4)
+
+
+def kernel_sum(env: Env, fn, iters: int = 5) -> dict:
+    """GPU time of every kernel/memset/memcpy of one call of `fn`, from CUPTI through torch.profiler:
+    what the graph replay would take with no gaps between its nodes (issue 8 compares the two)."""
+    torch = env.torch
+    try:
+        from torch.profiler import ProfilerActivity, profile
+        fn()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(iters):
+                fn()
+            torch.cuda.synchronize()
+        total, count = 0.0, 0
+        for e in prof.events():
+            if str(getattr(e, "device_type", "")).endswith("CUDA"):
+                total += e.time_range.elapsed_us()
+                count += 1
+        return {"kernel_sum_ms": round(total / 1e3 / iters, 4), "activities_per_call": count / iters}
+    except Exception as e:  # profiler or CUPTI unavailable: say so
+        return {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+
+
 def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_dir: str | None,
               weights_arg: str | None = None, seed: int = 0, profile: list[float] | None = None,
               reps: int = 20, warmup: int = 3, graphs: bool = True, energy: bool = True,
@@ -785,35 +850,55 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
            "timing": {"reps": reps, "warmup": warmup, "what": (
                "wall time of one forward pass (host included, synchronised), median over reps; inputs "
                "rotate over sets of images. snn: the executor, per layer cuDNN or our kernels by the zero "
-               "counter (FP32 exact). dense_exec: the same executor with every conv on cuDNN (FP32). "
-               "torchvision_*: torchvision's model, channels_last, eager or CUDA-graph replay.")},
+               "counter (FP32 exact), as one CUDA graph with the decision taken on the device (runtime/graph.py; "
+               "copy in, replay, branches read back), or eager with host dispatch when graphs are off; "
+               "snn_eager: the eager path. dense_exec_fp32(_graph): the same executor with every conv on cuDNN "
+               "(FP32), eager (graph-replayed). torchvision_*: torchvision's model, channels_last, eager or "
+               "CUDA-graph replay. kernel_sum: GPU time of one snn graph replay's kernels (CUPTI) against the "
+               "replay's own time (CUDA events).")},
            "energy_available": nv is not None, "complete": False, "runs": {}}
     rng = np.random.default_rng(seed)
     for B in batches:
         cache = caches[B]
         sets = [pool[torch.as_tensor(rng.permutation(pool.shape[0])[:B].tolist(), device=env.device)
                      % pool.shape[0]] for _ in range(3)]
-        variants: dict = {}
         # the executor folds BN from a CPU state_dict (as weights.load returns it): device tensors
         # there meet its CPU zeros for bias-free convs
         snn = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "auto")
         dense = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "dense")
-        variants["snn"] = snn.forward
-        variants["dense_exec_fp32"] = dense.forward
         tv, why = _torchvision_model(env, net, sd)
         tv_sets = [x.contiguous(memory_format=torch.channels_last) for x in sets]
         rec: dict = {"times_ms": {}, "energy": {}, "notes": {}}
         with torch.inference_mode():
             tracer = Executor(net, sd_cpu, env.backend(cache), cache, str(env.device), "auto", trace=True)
             y_snn = tracer.forward(sets[0])
-            rec["layers"] = [{"name": t.name, "sparsity": None if t.sparsity is None else round(t.sparsity, 4),
-                              "path": t.path, "kernel": t.kernel, "ms_synced": None if t.ms is None else round(t.ms, 4)}
-                             for t in tracer.last_trace]
+            rec["layers"] = _trace_rows(tracer.last_trace)
             y_dense = dense.forward(sets[0])
-            rec["rel_err_snn_vs_dense"] = float((torch.linalg.vector_norm((y_snn - y_dense).double()) /
-                                                 torch.linalg.vector_norm(y_dense.double())).item())
+            rec["rel_err_snn_vs_dense"] = _rel_err(torch, y_snn, y_dense)
             del tracer
             plan = [("snn", snn.forward, sets, False), ("dense_exec_fp32", dense.forward, sets, False)]
+            if graphs and not env.cpu:
+                # issue 8: snn is the whole forward as one CUDA graph with device-side dispatch; the eager
+                # path (host dispatch) and the dense executor graphed are kept beside it
+                plan = [("snn_eager", snn.forward, sets, False), ("dense_exec_fp32", dense.forward, sets, False)]
+                for name, ex in (("snn", snn), ("dense_exec_fp32_graph", dense)):
+                    try:
+                        runner = _GraphForward(ex, sets[0])
+                        plan.insert(0 if name == "snn" else len(plan), (name, runner, sets, False))
+                        if name == "snn":
+                            y_graph = runner(sets[0])
+                            rec["rel_err_snn_graph_vs_dense"] = _rel_err(torch, y_graph, dense.forward(sets[0]))
+                            rec["graph_trace"] = _trace_rows(snn.last_trace)
+                            replay = runner.replay_only(sets[0])
+                            rec["kernel_sum"] = kernel_sum(env, replay)
+                            rec["kernel_sum"]["replay_ms"] = _replay_ms(env, replay)
+                            if "kernel_sum_ms" in rec["kernel_sum"]:
+                                rec["kernel_sum"]["replay_over_kernel_sum"] = round(
+                                    rec["kernel_sum"]["replay_ms"] / rec["kernel_sum"]["kernel_sum_ms"], 4)
+                    except Exception as e:  # report it and time the rest; the eager path still answers
+                        rec["notes"][name] = f"graph path failed: {type(e).__name__}: {str(e)[:300]}"
+                        if name == "snn":
+                            plan.insert(0, ("snn", snn.forward, sets, False))
             if tv is not None:
                 plan += [("torchvision_fp32", tv, tv_sets, False), ("torchvision_tf32", tv, tv_sets, True)]
                 if graphs and not env.cpu:

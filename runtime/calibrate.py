@@ -22,7 +22,7 @@ import numpy as np
 
 from codegen.spec import load_spec
 
-from . import bench
+from . import bench, dispatch
 from .errors import RunError
 
 SIDECAR = "calibration.json"
@@ -66,7 +66,7 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
             if not pairs:
                 continue
             lowest = bench.lowest_winning_level(pairs)
-            entry["threshold"] = 1.0 if lowest is None else lowest
+            entry["threshold"] = dispatch.NEVER if lowest is None else lowest
             entry["threshold_source"] = "calibrated"
             entry["calibration"] = {"never": lowest is None, "levels_measured": len(pairs),
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3)}

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 FORCE_MODES = ("auto", "dense", "sparse")
 _EPS = 1e-9  # levels are decimals printed as text; 0.45 measured must select level "0.45"
+NEVER = 1.0  # a threshold this high (runtime/calibrate.py: sparse never won) keeps the layer dense
 
 
 def levels(layer_entry: dict) -> list[tuple[float, str]]:
@@ -22,7 +23,8 @@ def choose(layer_entry: dict | None, sparsity: float, force: str = "auto") -> st
     """Kernel name to run, or None for the dense (cuDNN) path.
 
     auto:   sparsity below the layer's threshold -> dense; otherwise the kernel of the highest level
-            not above the measured sparsity (dense if no level is that low).
+            not above the measured sparsity (dense if no level is that low). A threshold of 1.0 or more
+            (calibrate's mark for "sparse never wins") keeps the layer dense at any sparsity.
     dense:  always None.
     sparse: every layer that has kernels runs sparse; below the lowest level the lowest level's
             kernel runs (the kernels are exact at any sparsity, only slower).
@@ -35,7 +37,8 @@ def choose(layer_entry: dict | None, sparsity: float, force: str = "auto") -> st
     fitting = [name for level, name in lv if level <= sparsity + _EPS]
     if force == "sparse":
         return fitting[-1] if fitting else lv[0][1]
-    if sparsity + _EPS < float(layer_entry.get("threshold", lv[0][0])):
+    threshold = float(layer_entry.get("threshold", lv[0][0]))
+    if sparsity + _EPS < threshold or threshold >= NEVER:
         return None
     return fitting[-1] if fitting else None
 
@@ -82,6 +85,8 @@ def selector_table(layer_entry: dict | None, force: str = "auto") -> SelectorTab
         threshold = -1.0  # never below: every sparsity runs a kernel
     else:
         threshold = float(layer_entry.get("threshold", lv[0][0]))
+        if threshold >= NEVER:  # never sparse: no selector, no conditional node in the graph
+            return None
         # any s that passes the threshold fits every level <= threshold: only the highest of those can win
         under = [level for level, _ in lv if level <= threshold]
         if under:

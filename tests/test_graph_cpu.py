@@ -34,6 +34,8 @@ def _entry(rng):
         entry["threshold"] = rng.choice(LEVELS)
     elif r < 0.8:
         entry["threshold"] = round(rng.uniform(0.3, 0.95), 3)
+    elif r < 0.85:
+        entry["threshold"] = dispatch.NEVER  # calibrated: sparse never won
     return entry  # else: no threshold, choose() falls back to the lowest level
 
 
@@ -71,6 +73,14 @@ def test_no_kernels_or_dense_means_no_table():
     assert dispatch.select(None, 10, 10) == 0
     with pytest.raises(ValueError):
         dispatch.selector_table(entry, "fast")
+
+
+def test_never_winning_layer_has_no_selector_and_stays_dense():
+    entry = {"threshold": dispatch.NEVER, "levels": {"0.40": {"kernel": "a"}, "0.90": {"kernel": "b"}}}
+    assert dispatch.selector_table(entry, "auto") is None  # no selector, no SWITCH node in the graph
+    assert dispatch.choose(entry, 1.0) is None and dispatch.choose(entry, 0.95) is None
+    assert dispatch.selector_table(entry, "sparse").kernels == ("a", "b")  # forcing still reaches the kernels
+    assert dispatch.choose(entry, 0.95, "sparse") == "b"
 
 
 def test_table_layout_and_unreachable_levels_left_out():
