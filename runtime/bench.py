@@ -29,6 +29,7 @@ import numpy as np
 
 from codegen.spec import Network, load_spec
 
+from .dispatch import STATIC_MARGIN
 from .errors import RunError
 
 SCHEMA = 1
@@ -993,6 +994,17 @@ def _f(x, fmt="{:.2f}", none="–"):
     return none if x is None else fmt.format(x)
 
 
+def strongest_dense(run: dict, tf32: bool = False) -> tuple[str | None, float | None]:
+    """The fastest dense variant of one e2e run (eager or graph-replayed, torchvision or our executor
+    all-dense), FP32 or TF32: every published e2e ratio is against it (issue 8)."""
+    cands = [(v["median_ms"], k) for k, v in run.get("times_ms", {}).items()
+             if (k.startswith("torchvision_") or k.startswith("dense_exec_")) and ("tf32" in k) == tf32]
+    if not cands:
+        return None, None
+    ms, name = min(cands)
+    return name, ms
+
+
 def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
     """One row per network and batch: what the issue's 'done when' asks for, details below."""
     nets = sorted({d["network"] for d in layers + e2e})
@@ -1007,10 +1019,12 @@ def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
     out = ["## Headline", "",
            "Layer columns: geometric-mean speedup of the sparse conv over cuDNN FP32 (best of NHWC/NCHW) over the "
            "distinct conv shapes measured, at each input sparsity; TF32 in brackets. End-to-end columns: snn's "
-           "whole-network time against torchvision's model on cuDNN FP32 eager (and the same executor all-dense), "
-           "and the energy per image of torchvision FP32 over snn's (> 1: snn uses less).", "",
-           "| network | batch | " + " | ".join(f"layers @{lv:.2f}" for lv in levels)
-           + " | e2e vs torchvision FP32 | e2e vs dense executor | energy ratio | model/exhaustive |",
+           "whole-network time against the strongest dense FP32 configuration measured in the same run (the "
+           "fastest of torchvision's model and our executor all-dense, eager or CUDA-graph replayed), against the "
+           "strongest TF32 one, and the energy per image of that FP32 configuration over snn's (> 1: snn uses "
+           "less).", "",
+           "| " + " | ".join(["network", "batch"] + [f"layers @{lv:.2f}" for lv in levels] + [
+               "e2e vs best dense FP32", "e2e vs best dense TF32", "energy ratio", "model/exhaustive"]) + " |",
            "|---|---|" + "---|" * (len(levels) + 4)]
     for n in nets:
         ld = next((d for d in layers if d["network"] == n), None)
@@ -1026,8 +1040,9 @@ def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
             sp = run.get("speedup_snn_over", {})
             en = run.get("energy_ratio_over_snn", {})
             r_ex = ex.get((n, B))
-            out.append(f"| {n} | {B} | " + " | ".join(cells) + f" | {_f(sp.get('torchvision_fp32'))} | "
-                       f"{_f(sp.get('dense_exec_fp32'))} | {_f(en.get('torchvision_fp32'))} | "
+            best32, best_tf = strongest_dense(run)[0], strongest_dense(run, tf32=True)[0]
+            out.append(f"| {n} | {B} | " + "".join(c + " | " for c in cells) + f"{_f(sp.get(best32))} ({best32 or '–'}) | "
+                       f"{_f(sp.get(best_tf))} ({best_tf or '–'}) | {_f(en.get(best32))} | "
                        f"{_f(float(np.mean(r_ex)), '{:.3f}') if r_ex else '–'} |")
     prof = sorted({str(d.get("sparsity_profile")) for d in e2e if d.get("sparsity_profile")})
     if prof:
@@ -1089,16 +1104,18 @@ def summary_markdown(docs: list[dict]) -> str:
         for d in cal:
             rows = d.get("rows", [])
             never = sum(1 for r in rows if r["never"])
+            static = sum(1 for r in rows if r.get("static"))
             th = [r["threshold"] for r in rows if not r["never"]]
             lines += [f"### {d['network']}", "", f"{len(rows)} layer/batch entries calibrated "
                       f"(batches {', '.join(map(str, d['batches']))}); sparse never wins on {never}; "
-                      f"median threshold where it does: {_f(median(th))}.", "",
+                      f"median threshold where it does: {_f(median(th))}; static (sparse by "
+                      f"≥ {STATIC_MARGIN}× at every level: no decision on the device): {static}.", "",
                       "| shape | layers | batch | threshold |", "|---|---|---|---|"]
             grouped: dict = {}
             for r in rows:  # identical shapes share one measurement: one line each
                 grouped.setdefault((r.get("shape", r["layer"]), r["batch"]), []).append(r)
             for (shape, b), rs in grouped.items():
-                t = "never" if rs[0]["never"] else f"{rs[0]['threshold']:.2f}"
+                t = "never" if rs[0]["never"] else f"{rs[0]['threshold']:.2f}" + (" static" if rs[0].get("static") else "")
                 lines.append(f"| {shape} | {len(rs)} | {b} | {t} |")
             lines.append("")
             ex = d.get("exhaustive") or []
@@ -1129,7 +1146,7 @@ def summary_markdown(docs: list[dict]) -> str:
             names = sorted({k for r in d["runs"].values() for k in r["times_ms"]}, key=lambda k: (k != "snn", k))
             lines += ["| batch | " + " | ".join(f"{n} ms" for n in names) + " | snn speedup over " + ", ".join(
                 n for n in names if n != "snn") + " | energy mJ/image (snn / torchvision_fp32) | mean input "
-                "sparsity | sparse convs |", "|---|" + "---|" * (len(names) + 4)]
+                "sparsity | sparse convs | snn graph replay / kernel sum |", "|---|" + "---|" * (len(names) + 5)]
             for B, r in d["runs"].items():
                 t = r["times_ms"]
                 en = r.get("energy", {})
@@ -1137,7 +1154,8 @@ def summary_markdown(docs: list[dict]) -> str:
                 lines.append(f"| {B} | " + " | ".join(_f(t[n]["median_ms"], "{:.3f}") if n in t else "–" for n in names)
                              + " | " + ", ".join(_f(r["speedup_snn_over"].get(n)) for n in names if n != "snn")
                              + f" | {_f(es, '{:.1f}')} / {_f(ef, '{:.1f}')} | {_f(r.get('mean_conv_input_sparsity'))} | "
-                             f"{r.get('sparse_layers')}/{len(r.get('layers', []))} |")
+                             f"{r.get('sparse_layers')}/{len(r.get('layers', []))} | "
+                             f"{_f((r.get('kernel_sum') or {}).get('replay_over_kernel_sum'))} |")
             lines.append("")
     return "\n".join(lines) + "\n"
 

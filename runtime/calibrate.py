@@ -68,11 +68,29 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
             lowest = bench.lowest_winning_level(pairs)
             entry["threshold"] = dispatch.NEVER if lowest is None else lowest
             entry["threshold_source"] = "calibrated"
+            static = static_kernel(entry, pairs)
+            entry.pop("static_kernel", None)
+            if static:
+                entry["static_kernel"] = static
             entry["calibration"] = {"never": lowest is None, "levels_measured": len(pairs),
-                                    "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3)}
+                                    "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3),
+                                    "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3)}
             rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
-                         "threshold": entry["threshold"], "never": lowest is None})
+                         "threshold": entry["threshold"], "never": lowest is None, "static": static is not None})
     return rows
+
+
+def static_kernel(entry: dict, pairs: dict[float, tuple[float, float]]) -> str | None:
+    """The kernel a layer runs at any sparsity, or None. When the lowest built level was measured and
+    the sparse kernel beat cuDNN by dispatch.STATIC_MARGIN there and at every other measured level,
+    a decision on the device buys nothing and costs a conditional node per layer: the layer always
+    runs the lowest level's kernel (made for the densest inputs, so the safest below the sweep)."""
+    lowest_built = min(float(k) for k in entry["levels"]) if entry["levels"] else None
+    if not pairs or lowest_built is None or abs(min(pairs) - lowest_built) > 1e-9:
+        return None
+    if any(d < dispatch.STATIC_MARGIN * s for s, d in pairs.values()):
+        return None
+    return entry["levels"][bench.level_key(min(pairs))]["kernel"]
 
 
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
@@ -174,7 +192,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
 def format_rows(result: dict) -> list[str]:
     lines = [f"{'layer':<40} {'batch':>5} {'threshold':>9}"]
     for r in result["rows"]:
-        t = "never" if r["never"] else f"{r['threshold']:.2f}"
+        t = "never" if r["never"] else f"{r['threshold']:.2f}" + (" static" if r.get("static") else "")
         lines.append(f"{r['layer']:<40} {r['batch']:>5} {t:>9}")
     return lines
 

@@ -12,6 +12,10 @@ from dataclasses import dataclass
 FORCE_MODES = ("auto", "dense", "sparse")
 _EPS = 1e-9  # levels are decimals printed as text; 0.45 measured must select level "0.45"
 NEVER = 1.0  # a threshold this high (runtime/calibrate.py: sparse never won) keeps the layer dense
+# runtime/calibrate.py marks a layer `static_kernel` when its sparse kernels beat cuDNN by at least this
+# factor at every measured level, the lowest included: it then runs sparse at any sparsity, with no
+# decision on the device (a conditional node costs ~8 us in a CUDA graph on the H100: docs/graphs.md)
+STATIC_MARGIN = 1.5
 
 
 def levels(layer_entry: dict) -> list[tuple[float, str]]:
@@ -24,7 +28,8 @@ def choose(layer_entry: dict | None, sparsity: float, force: str = "auto") -> st
 
     auto:   sparsity below the layer's threshold -> dense; otherwise the kernel of the highest level
             not above the measured sparsity (dense if no level is that low). A threshold of 1.0 or more
-            (calibrate's mark for "sparse never wins") keeps the layer dense at any sparsity.
+            (calibrate's mark for "sparse never wins") keeps the layer dense at any sparsity; a
+            `static_kernel` (calibrate's mark for "sparse always wins by STATIC_MARGIN") runs at any.
     dense:  always None.
     sparse: every layer that has kernels runs sparse; below the lowest level the lowest level's
             kernel runs (the kernels are exact at any sparsity, only slower).
@@ -37,6 +42,8 @@ def choose(layer_entry: dict | None, sparsity: float, force: str = "auto") -> st
     fitting = [name for level, name in lv if level <= sparsity + _EPS]
     if force == "sparse":
         return fitting[-1] if fitting else lv[0][1]
+    if layer_entry.get("static_kernel"):
+        return layer_entry["static_kernel"]
     threshold = float(layer_entry.get("threshold", lv[0][0]))
     if sparsity + _EPS < threshold or threshold >= NEVER:
         return None
@@ -73,6 +80,14 @@ class SelectorTable:
     def kernel(self, branch: int) -> str | None:
         return None if branch == 0 else self.kernels[branch - 1]
 
+    def constant_branch(self) -> int | None:
+        """The branch taken at every sparsity, if there is one: the graph then launches that kernel
+        directly, with no selector and no conditional node."""
+        if self.threshold >= 0:  # below the threshold: dense; above: a kernel
+            return None
+        branches = {self.below_levels} | {b for _, b in self.levels}
+        return branches.pop() if len(branches) == 1 else None
+
 
 def selector_table(layer_entry: dict | None, force: str = "auto") -> SelectorTable | None:
     """The table that makes select() agree with choose(layer_entry, ., force); None: always dense."""
@@ -81,6 +96,8 @@ def selector_table(layer_entry: dict | None, force: str = "auto") -> SelectorTab
     if force == "dense" or not layer_entry or not layer_entry.get("levels"):
         return None
     lv = levels(layer_entry)
+    if force == "auto" and layer_entry.get("static_kernel"):
+        return SelectorTable((layer_entry["static_kernel"],), -1.0, 1, ())
     if force == "sparse":
         threshold = -1.0  # never below: every sparsity runs a kernel
     else:

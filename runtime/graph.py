@@ -118,6 +118,7 @@ class _Layer:
     slot: int              # zero counter index
     numel: int             # elements of the conv input (whole batch)
     table: dispatch.SelectorTable
+    fixed: int | None = None  # the branch, when the table takes the same one at every sparsity
 
 
 class Capture:
@@ -180,7 +181,14 @@ class Capture:
         inp = inp.contiguous(memory_format=cl)
         i = len(self.layers)
         slot = ex.slots[op.inputs[0]]
-        self.layers.append(_Layer(conv, slot, inp.numel(), table))
+        fixed = table.constant_branch()
+        self.layers.append(_Layer(conv, slot, inp.numel(), table, fixed))
+        if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
+            y = torch.empty(inp.shape[0], shape.N, shape.P, shape.Q, device=inp.device, dtype=inp.dtype,
+                            memory_format=cl)
+            self._sparse(op, table.kernel(fixed), inp, y)
+            trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
+            return y
         handle = self._new_handle(table.branches)
         self._select(i, counters, slot, inp.numel(), table, handle)
         out = {}
@@ -225,7 +233,7 @@ class Capture:
         counters = self.counters.cpu().tolist()
         by_name = {}
         for i, lay in enumerate(self.layers):
-            b = choice[i]
+            b = choice[i] if lay.fixed is None else lay.fixed
             by_name[lay.conv.name] = LayerTrace(lay.conv.index, lay.conv.name, counters[lay.slot] / lay.numel,
                                                 "sparse" if b else "dense", lay.table.kernel(b), None)
         return [by_name.get(t.name, t) for t in captured]

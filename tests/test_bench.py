@@ -115,8 +115,11 @@ def _fake_layers_doc(network="fakenet"):
 
 def _fake_e2e_doc():
     run = {"times_ms": {"snn": {"median_ms": 2.0}, "torchvision_fp32": {"median_ms": 3.0},
-                        "torchvision_tf32": {"median_ms": 1.0}},
-           "speedup_snn_over": {"torchvision_fp32": 1.5, "torchvision_tf32": 0.5},
+                        "torchvision_tf32": {"median_ms": 1.0}, "torchvision_fp32_graph": {"median_ms": 2.4},
+                        "dense_exec_fp32": {"median_ms": 4.0}},
+           "speedup_snn_over": {"torchvision_fp32": 1.5, "torchvision_tf32": 0.5, "torchvision_fp32_graph": 1.2,
+                                "dense_exec_fp32": 2.0},
+           "energy_ratio_over_snn": {"torchvision_fp32_graph": 1.4, "torchvision_fp32": 1.5},
            "energy": {"snn": {"mj_per_image": 100.0}, "torchvision_fp32": {"mj_per_image": 150.0},
                       "torchvision_tf32": None},
            "layers": [{"path": "sparse"}, {"path": "dense"}], "sparse_layers": 1, "mean_conv_input_sparsity": 0.7}
@@ -146,7 +149,10 @@ def test_summary_states_what_the_issue_asks():
     assert "Sparsity profile [0.7]" in md               # the profile is labelled
     assert "100.0 / 150.0" in md
     head = md.split("## Headline")[1].split("##")[0]
-    assert "| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | 1.50 | – | – | – |" in head
+    # e2e against the strongest dense configuration of each precision, not the eager one
+    assert ("| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | 1.20 (torchvision_fp32_graph) | 0.50 (torchvision_tf32) "
+            "| 1.40 | – |") in head
+    assert bench.strongest_dense({"times_ms": {}}) == (None, None)
 
 
 def test_report_writes_summary_and_plots(tmp_path):
@@ -198,6 +204,30 @@ def test_apply_to_manifest_writes_measured_times_and_threshold():
     assert first["threshold"] == 0.7                           # from the levels still measured
     assert second["threshold"] == 1.0 and second["calibration"]["never"]  # loses at 0.9: never
     assert [r["never"] for r in rows] == [False, True]
+    assert not any(r["static"] for r in rows) and "static_kernel" not in second
+
+
+def test_static_kernel_only_where_sparse_wins_by_the_margin_at_every_built_level():
+    net = load_spec(ROOT / "network_specs/vgg19.yaml")
+    tag = next(c for c in net.convs if c.name == "features.12").shape.tag()
+
+    def run(times, levels=(0.5, 0.7, 0.9)):
+        data = {"layers": [{"name": "features.12", "batches": {"1": {"threshold": 0.5, "levels": {
+            f"{l:.2f}": {"kernel": f"k{l}"} for l in levels}}}}]}
+        meas = {calibrate.measurement_key(tag, 1, l, f"k{l}"): {"sparse_us": s, "dense_us": 30.0}
+                for l, s in times.items()}
+        row = calibrate.apply_to_manifest(data, meas, net)[0]
+        return row["static"], data["layers"][0]["batches"]["1"]
+
+    static, e = run({0.5: 19.0, 0.7: 15.0, 0.9: 10.0})  # 30/19 >= 1.5 at the densest level too
+    assert static and e["static_kernel"] == "k0.5" and e["threshold"] == 0.5
+    assert e["calibration"]["min_dense_over_sparse"] == round(30 / 19, 3)
+    static, e = run({0.5: 21.0, 0.7: 15.0, 0.9: 10.0})  # wins, but by less than the margin at 0.5
+    assert not static and "static_kernel" not in e and e["threshold"] == 0.5
+    static, e = run({0.7: 15.0, 0.9: 10.0})              # 0.5 not measured: no static decision
+    assert not static and e["threshold"] == 0.7
+    static, e = run({0.5: 19.0, 0.9: 10.0})              # a subset of levels that holds the lowest one
+    assert static and e["static_kernel"] == "k0.5"
 
 
 def test_sidecar_read_tolerates_damage(tmp_path):

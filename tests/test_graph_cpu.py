@@ -36,6 +36,8 @@ def _entry(rng):
         entry["threshold"] = round(rng.uniform(0.3, 0.95), 3)
     elif r < 0.85:
         entry["threshold"] = dispatch.NEVER  # calibrated: sparse never won
+    elif r < 0.9:
+        entry["threshold"], entry["static_kernel"] = lv[0], names[0]  # calibrated: sparse always wins
     return entry  # else: no threshold, choose() falls back to the lowest level
 
 
@@ -81,6 +83,17 @@ def test_never_winning_layer_has_no_selector_and_stays_dense():
     assert dispatch.choose(entry, 1.0) is None and dispatch.choose(entry, 0.95) is None
     assert dispatch.selector_table(entry, "sparse").kernels == ("a", "b")  # forcing still reaches the kernels
     assert dispatch.choose(entry, 0.95, "sparse") == "b"
+
+
+def test_static_layer_is_one_constant_branch():
+    entry = {"threshold": 0.4, "static_kernel": "a", "levels": {"0.40": {"kernel": "a"}, "0.90": {"kernel": "b"}}}
+    t = dispatch.selector_table(entry, "auto")
+    assert t.kernels == ("a",) and t.constant_branch() == 1
+    assert all(dispatch.choose(entry, s) == "a" for s in (0.0, 0.39, 0.5, 0.95, 1.0))
+    assert dispatch.selector_table(entry, "sparse").constant_branch() is None  # forcing keeps the levels
+    assert dispatch.selector_table({"threshold": 0.4, "levels": {"0.40": {"kernel": "a"}}}).constant_branch() is None
+    one = dispatch.selector_table({"levels": {"0.40": {"kernel": "a"}, "0.60": {"kernel": "a"}}}, "sparse")
+    assert one.constant_branch() == 1  # forced sparse with one kernel: nothing to decide either
 
 
 def test_table_layout_and_unreachable_levels_left_out():

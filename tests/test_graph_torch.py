@@ -75,6 +75,39 @@ def test_capture_hook_dispatches_like_choose(tiny, force, threshold):
         {t.name: t.sparsity for t in measured}
 
 
+def test_static_layers_launch_their_kernel_without_selector_or_switch(tiny):
+    """Calibrated 'sparse always wins' layers (static_kernel): one plain launch in the graph."""
+    sd = weights.random_init(tiny, seed=3)
+    x = torch.randn(2, 3, 20, 20)
+    cache = fake_cache(tiny, threshold=0.4)
+    statics = set()
+    for i, c in enumerate(tiny.convs):
+        if i % 2:
+            entry = cache.layer_entry(c.name, 2)
+            entry["static_kernel"] = entry["levels"]["0.40"]["kernel"]
+            statics.add(c.name)
+    be = executor.TorchBackend()
+    ex = executor.Executor(tiny, sd, be, cache, device="cpu", force="auto")
+    assert statics & ex.eligible  # the test means something only if some static layers are dispatched
+
+    class NoDecision(CpuCapture):
+        def _select(self, i, counters, slot, numel, table, handle):
+            assert self.layers[i].conv.name not in statics
+            super()._select(i, counters, slot, numel, table, handle)
+
+    cap = NoDecision(Runner(ex), 2)
+    cap.bodies = []
+    y = ex.forward(x, capture=cap)
+    assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
+    assert len(cap.bodies) == len(ex.eligible - statics)  # a SWITCH only where something is decided
+    tr = {t.name: t for t in cap.trace(ex.last_trace)}
+    for name in statics & ex.eligible:
+        entry = cache.layer_entry(name, 2)
+        assert tr[name].path == "sparse" and tr[name].kernel == entry["static_kernel"]
+        assert dispatch.choose(entry, tr[name].sparsity) == entry["static_kernel"]
+        assert entry["static_kernel"] in be.sparse_calls
+
+
 def test_runner_needs_the_selector_in_the_cache(tiny):
     """An older manifest (no snn_select) makes the graph path unavailable with the rebuild command;
     a dense-only run needs no selector."""
