@@ -33,6 +33,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import emit
 from .config import KernelConfig
 from .errors import UserError
 from .gpu import GPU
@@ -51,11 +52,12 @@ NT = (1, 2, 4)
 TC_MAX = 512
 N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
 
-# ---- resource estimate (to be corrected against ptxas once kernels are built) ------------------
-REG_BASE = 32              # addressing, loop counters, the nonzero being processed
-BYTES_PER_NNZ = 8          # a stored input: fp32 value + packed (h, w) position
-WEIGHT_SMEM_PER_THREAD = 32      # the double-buffered weight chunk aims at <= this many bytes per thread:
-                                 # at 50 % occupancy a thread has only 96 (V100) to 228 (H100) bytes of smem
+# ---- resource estimate (fitted to ptxas: docs/costmodel.md, "Resource estimate") ---------------
+REG_BASE = 26              # registers beyond accumulators and one channel's taps: addresses, masks,
+                           # loop state (median of ptxas - th*tw*nt - R*S*nt over 280 sm_90 kernels)
+SMEM_ALIGN = 16            # ptxas places the 16-byte aligned weight ring after the tile and masks
+BYTES_PER_NNZ = 8          # a stored input of the COO* format: fp32 value + packed (h, w) position
+                           # (the "snn" model's traffic terms; the fused kernel stages dense tiles)
 
 # ---- stage thresholds ---------------------------------------------------------------------------
 OCCUPANCY_MIN = 0.5
@@ -189,37 +191,68 @@ def config_space(shape: ConvShape) -> list[KernelConfig]:
     return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
 
 
-def _weight_chunk(R, S, tc, threads, nt):
-    chunk = np.ones_like(np.asarray(tc))
-    for p in (2, 4, 8, 16, 32, 64, 128, 256, 512):
-        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * threads * nt * 4 <= WEIGHT_SMEM_PER_THREAD * threads)
-        chunk = np.where(ok, p, chunk)
-    return chunk
+# The emitter's rules (emit.weight_ring_depth, emit.min_blocks, emit.register_cap, emit.chunk_channels)
+# over whole arrays of configs; tests/test_costmodel.py checks they agree with the scalar functions.
+
+def _ring_depth(R, S, tc, threads, nt):
+    """WD: the largest depth <= WEIGHT_RING_DEPTH and <= tc whose ring fits WEIGHT_RING_LIMIT, at least 1."""
+    slot = R * S * threads * nt * 4
+    return np.maximum(1, np.minimum(np.minimum(emit.WEIGHT_RING_DEPTH, tc), emit.WEIGHT_RING_LIMIT // slot))
 
 
-def weight_chunk(shape: ConvShape, config: KernelConfig) -> int:
-    """Input channels of weights per shared-memory stage: the largest power of two dividing tc whose
-    double buffer (2 * chunk * R*S * threads*nt floats) takes at most WEIGHT_SMEM_PER_THREAD bytes
-    per thread; at least 1 (so 1 for every 3x3 and 7x7 conv, 4/nt for 1x1)."""
-    return int(_weight_chunk(shape.R, shape.S, config.tc, config.threads, config.nt))
+def _register_cap(threads, blocks):
+    warps_per_quadrant = -(-(threads // 32) * blocks // 4)
+    return np.minimum(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
+
+
+def _min_blocks(need, threads):
+    """MINB: register_cap only falls as blocks grow, so the blocks allowed are a prefix of 1..32."""
+    need = np.minimum(need, 255)
+    blocks = np.ones_like(threads)
+    for b in range(2, 33):
+        blocks = np.where((blocks == b - 1) & (_register_cap(threads, b) >= need), b, blocks)
+    return blocks
+
+
+def _chunk(npix, words, ring, tc):
+    """KC: the largest divisor of tc, <= 32, whose tile + masks + ring fit STATIC_SMEM_LIMIT; 0 where none
+    does (emit.chunk_channels raises: the emitter cannot build the config)."""
+    kc = np.zeros_like(tc)
+    for k in range(1, 33):
+        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= emit.STATIC_SMEM_LIMIT)
+        kc = np.where(fits, k, kc)
+    return kc
+
+
+def _kernel_params(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+    """NPIX, NWORDS, WD, KC (0: not buildable), MINB and the register cap of the emitted kernel."""
+    npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
+    words = -(-npix // 32)
+    wd = _ring_depth(shape.R, shape.S, tc, threads, nt)
+    ring = wd * shape.R * shape.S * threads * nt * 4
+    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + emit.REG_MARGIN, threads)
+    return {"npix": npix, "words": words, "wd": wd, "ring": ring, "kc": _chunk(npix, words, ring, tc),
+            "minb": minb, "reg_cap": _register_cap(threads, minb)}
 
 
 def _resources(shape: ConvShape, th, tw, tc, threads, nt):
-    cpb = threads * nt
-    th_in = (th - 1) * shape.stride[0] + shape.R
-    tw_in = (tw - 1) * shape.stride[1] + shape.S
-    regs = th * tw * nt + nt + REG_BASE
-    smem = (th_in * tw_in * tc * BYTES_PER_NNZ          # input tile, worst case dense, halo included
-            + tc * 4                                     # nonzero count per channel
-            + 2 * _weight_chunk(shape.R, shape.S, tc, threads, nt) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
-    return regs, smem
+    """(registers, static smem, buildable) of the emitted kernel, as arrays."""
+    k = _kernel_params(shape, th, tw, tc, threads, nt)
+    regs = np.minimum(th * tw * nt + shape.R * shape.S * nt + REG_BASE, k["reg_cap"])
+    tile = k["npix"] * k["kc"] * 4 + k["kc"] * k["words"] * 4            # xs[NPIX*KC] + masks[KC*NWORDS]
+    smem = -(-tile // SMEM_ALIGN) * SMEM_ALIGN + k["ring"]               # + wring[WD*RS*NT*THREADS]
+    return regs, smem, k["kc"] > 0
 
 
 def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
-    """(registers per thread, shared-memory bytes per block) the kernel for `config` should need:
-    regs = th*tw*nt accumulators + nt + REG_BASE; smem = the dense worst case of the input tile
-    (th_in*tw_in*tc values and positions) + per-channel counts + the double-buffered weight chunk."""
-    regs, smem = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    """(registers per thread, static shared bytes per block) of the kernel emit.render_sparse writes
+    for `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
+    KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring.
+    Raises ValueError where the emitter cannot build the config (as emit.chunk_channels does)."""
+    regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    if not ok:
+        raise ValueError(f"{config.tag()}: the emitter cannot build it for {shape.tag()} (tile and ring over "
+                         f"{emit.STATIC_SMEM_LIMIT} B of shared memory)")
     return int(regs), int(smem)
 
 
@@ -251,7 +284,7 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
     tiles_c = -(-shape.C // tc)
     tiles_n = -(-shape.N // cpb)
     tiles_sp = r[:, 0] * c[:, 0]
-    regs, smem = _resources(shape, th, tw, tc, threads, nt)
+    regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt)
     return {
         "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
         "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
@@ -263,7 +296,7 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
         "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
-        "regs": regs, "smem": smem,
+        "regs": regs, "smem": smem, "buildable": buildable,
     }
 
 
@@ -291,7 +324,8 @@ def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
     warps = -(-tab["threads"] // gpu.warp_size)
     # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
     # so kernels may use static shared memory and the runtime needs no opt-in call.
-    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block)
+    # and only what the emitter can build (emit.chunk_channels finds a channel chunk that fits)
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block) & tab["buildable"]
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
