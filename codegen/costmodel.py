@@ -64,15 +64,21 @@ OCCUPANCY_MIN = 0.5
 STAGE2_KEEP = 1 / 3
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
-# ---- "snn" model constants (calibration knobs; see docs/costmodel.md) ---------------------------
-K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
-K_OUT_ALU = 2              # per accumulator written back
-SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
-WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
+# ---- "snn" model constants (see docs/costmodel.md, "Stage 3" and "Fitted to H100 measurements") -----
 ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
-LAUNCH_US = 1.5            # per kernel of the sparse path (memset, COO* conversion, convolution)
-SPARSE_PATH_KERNELS = 3
-
+ISSUE_PER_SM = 4           # warp instructions an SM issues per clock (4 schedulers, Volta..Hopper)
+# Fitted by tools/fit_costmodel.py (least squares of log time over the H100 measurements in docs/results);
+# cycles are per channel a block walks unless said otherwise, so they scale with the GPU's clock.
+SNN_FIT = {
+    "fixed_us": 0.24,      # launch + first fill + write-back of a kernel on cold L2, once per layer
+    "memset_us": 7.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
+    "ch_cyc": 337.7,       # serial latency of one channel for the block's warps (wait, taps, mask)
+    "pix_cyc": 12.81,      # + per in-tile pixel tested by the mask loop
+    "fma_cyc": 6.824,      # + per FMA a thread issues
+    "pix_ins": 2.739,      # warp instructions per channel, warp and in-tile pixel (bit test, branch, load),
+                           # + 1 per FMA: the issue side when k blocks share an SM's 4 schedulers
+    "out_cyc": 22.35,      # SM cycles per warp and accumulator written back (atomics / stores), per block
+}
 
 @dataclass(frozen=True)
 class Choice:
@@ -285,6 +291,7 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
     tiles_n = -(-shape.N // cpb)
     tiles_sp = r[:, 0] * c[:, 0]
     regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt)
+    npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
     return {
         "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
         "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
@@ -296,7 +303,7 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
         "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
-        "regs": regs, "smem": smem, "buildable": buildable,
+        "regs": regs, "smem": smem, "buildable": buildable, "npix": npix,  # in-tile pixels the mask loop tests
     }
 
 
@@ -385,7 +392,9 @@ def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
 # =================================================================================================
 # Stage 3: time by waves
 
-def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx) -> dict[str, np.ndarray]:
+def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx,
+          consts: dict | None = None) -> dict[str, np.ndarray]:
+    """Stage 3 for the configs idx of tab; `consts` overrides SNN_FIT (tools/fit_costmodel.py fits them)."""
     th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
     tc_avg = tab["tc_avg"][idx]
     bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
@@ -400,16 +409,21 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
                 "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
                 "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
 
-    # "snn": per-block work on two pipes, per-block share of memory time, tail wave on its own.
-    nnz = tab["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
-    fma = cpb * tab["pairs_sp"][idx] * tc_avg * density         # real multiply-adds, whole register tile
-    alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
-    lsu = (fma                                                  # a weight read from shared memory per FMA
-           + threads * nnz                                      # every thread reads every nonzero (broadcast)
-           + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
-           + tc_avg * shape.R * shape.S * cpb                   # staging the weights
-           + cpb * th * tw)                                     # the atomics
-    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
+    # "snn": a block walks its tc channels one after the other; a channel costs the longer of its serial
+    # latency (one warp's chain: wait, taps, mask loop, FMAs) and its share of the SM's issue slots
+    # when k blocks run side by side. Waves of SMs x blocks per SM, the last one timed on its own;
+    # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
+    k_ = {**SNN_FIT, **(consts or {})}
+    clk = gpu.boost_clock_mhz * 1e6
+    f = tab["nt"][idx] * tab["pairs_sp"][idx] * density          # FMAs per thread and channel (whole tile)
+    npix = tab["npix"][idx]
+    lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
+    ins = warps * (k_["pix_ins"] * npix + f)                      # warp instructions per channel and block
+
+    out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
+
+    def wave(k):  # seconds for an SM running k blocks side by side, its blocks' memory share aside
+        return (k * out + tc_avg * np.maximum(lat, k * ins / ISSUE_PER_SM)) / clk
 
     tr = _traffic(shape, tab, batch, density, idx)
     half_l2 = gpu.l2_bytes / 2
@@ -420,24 +434,23 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
     m_blk = t_mem / num_blk
 
-    def issue(blocks_on_sm):  # seconds for an SM to run that many blocks side by side
-        return blocks_on_sm * c_blk / np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
-
     full = np.floor(num_blk / blk_wave)
     tail = num_blk - full * blk_wave
-    k_tail = np.ceil(tail / gpu.sms)
-    t_full = np.maximum(issue(bps), blk_wave * m_blk)
-    t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
-    # the dense -> COO* conversion before the kernel: read the dense input, write the nonzeros
-    convert = (batch * shape.C * shape.H * shape.W * (4 + density * BYTES_PER_NNZ)) / (gpu.dram_bandwidth_gbs * 1e9)
+    k_tail = np.maximum(np.ceil(tail / gpu.sms), 1)
+    t_full = np.maximum(wave(bps), blk_wave * m_blk)
+    t_tail = np.where(tail > 0, np.maximum(wave(k_tail), tail * m_blk), 0.0)
     kernel_us = (full * t_full + t_tail) * 1e6
-    return {"predicted_us": kernel_us + convert * 1e6 + SPARSE_PATH_KERNELS * LAUNCH_US,
-            "kernel_us": kernel_us, "convert_us": np.full_like(kernel_us, convert * 1e6),
+    # the memset: a launch, and the output's bytes at DRAM speed
+    memset_us = k_["memset_us"] + tr["out_bytes"] / (gpu.dram_bandwidth_gbs * 1e9) * 1e6
+    fixed_us = k_["fixed_us"] + np.where(tab["tiles_c"][idx] > 1, memset_us, 0.0)
+    return {"predicted_us": kernel_us + fixed_us,
+            "kernel_us": kernel_us, "fixed_us": fixed_us,
             "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
-            "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
+            "compute_us": (full * wave(bps) + np.where(tail > 0, wave(k_tail), 0.0)) * 1e6,
+            "latency_bound": lat >= bps * ins / ISSUE_PER_SM,
             "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
             "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
-            "fmas": fma * num_blk, "edge_waste": tab["edge_waste"][idx]}
+            "fmas": cpb * tab["pairs_sp"][idx] * tc_avg * density * num_blk, "edge_waste": tab["edge_waste"][idx]}
 
 
 # =================================================================================================
