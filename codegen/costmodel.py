@@ -13,13 +13,12 @@ Two models share stages 1-2 and differ in what they count:
   "paper"  Table 2 and Eqs. 3-9 as printed, with the known slips fixed (Eq. 4 the right way up,
            R*S in Eq. 6, Table 2 / Eq. 3 times the batch) and N in Eq. 6 read as the block's own
            output channels (our blocks split N; the paper's do not).
-  "snn"    (default) the same waves, but each wave costs max(compute, memory): compute counts the
-           real multiply-adds (rho*R*S per output and input channel, over the whole register tile,
-           so partial edge tiles pay for their idle part), the per-nonzero decode work and the
-           shared-memory loads on their own pipe; memory counts DRAM and L2 traffic (halo
-           re-reads, weights per block, atomics as read-modify-writes in L2); the last partial
-           wave is timed on its own (tail effect); plus the dense -> COO* conversion and the
-           launches of the sparse path.
+  "snn"    (default) the same waves, priced as the fused kernel spends them: a block walks its tc
+           channels serially, each costing the longer of its latency (fixed + per in-tile pixel
+           tested + per FMA) and its share of the SM's issue slots when blocks share the SM; plus
+           the write-back, memory time per wave (DRAM and L2 traffic) as a floor, the tail wave on
+           its own, the memset and a fixed cost. Its constants (SNN_FIT) are fitted to H100
+           measurements by tools/fit_costmodel.py.
 
 docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
 (fraction of zeros) s; the paper's rho is the density 1 - s.
