@@ -13,13 +13,12 @@ Two models share stages 1-2 and differ in what they count:
   "paper"  Table 2 and Eqs. 3-9 as printed, with the known slips fixed (Eq. 4 the right way up,
            R*S in Eq. 6, Table 2 / Eq. 3 times the batch) and N in Eq. 6 read as the block's own
            output channels (our blocks split N; the paper's do not).
-  "snn"    (default) the same waves, but each wave costs max(compute, memory): compute counts the
-           real multiply-adds (rho*R*S per output and input channel, over the whole register tile,
-           so partial edge tiles pay for their idle part), the per-nonzero decode work and the
-           shared-memory loads on their own pipe; memory counts DRAM and L2 traffic (halo
-           re-reads, weights per block, atomics as read-modify-writes in L2); the last partial
-           wave is timed on its own (tail effect); plus the dense -> COO* conversion and the
-           launches of the sparse path.
+  "snn"    (default) the same waves, priced as the fused kernel spends them: a block walks its tc
+           channels serially, each costing the longer of its latency (fixed + per in-tile pixel
+           tested + per FMA) and its share of the SM's issue slots when blocks share the SM; plus
+           the write-back, memory time per wave (DRAM and L2 traffic) as a floor, the tail wave on
+           its own, the memset and a fixed cost. Its constants (SNN_FIT) are fitted to H100
+           measurements by tools/fit_costmodel.py.
 
 docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
 (fraction of zeros) s; the paper's rho is the density 1 - s.
@@ -33,6 +32,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import emit
 from .config import KernelConfig
 from .errors import UserError
 from .gpu import GPU
@@ -51,26 +51,33 @@ NT = (1, 2, 4)
 TC_MAX = 512
 N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
 
-# ---- resource estimate (to be corrected against ptxas once kernels are built) ------------------
-REG_BASE = 32              # addressing, loop counters, the nonzero being processed
-BYTES_PER_NNZ = 8          # a stored input: fp32 value + packed (h, w) position
-WEIGHT_SMEM_PER_THREAD = 32      # the double-buffered weight chunk aims at <= this many bytes per thread:
-                                 # at 50 % occupancy a thread has only 96 (V100) to 228 (H100) bytes of smem
+# ---- resource estimate (fitted to ptxas: docs/costmodel.md, "Resource estimate") ---------------
+REG_BASE = 26              # registers beyond accumulators and one channel's taps: addresses, masks,
+                           # loop state (median of ptxas - th*tw*nt - R*S*nt over 280 sm_90 kernels)
+SMEM_ALIGN = 16            # ptxas places the 16-byte aligned weight ring after the tile and masks
+BYTES_PER_NNZ = 8          # a stored input of the COO* format: fp32 value + packed (h, w) position
+                           # (the "snn" model's traffic terms; the fused kernel stages dense tiles)
 
 # ---- stage thresholds ---------------------------------------------------------------------------
 OCCUPANCY_MIN = 0.5
 STAGE2_KEEP = 1 / 3
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
-# ---- "snn" model constants (calibration knobs; see docs/costmodel.md) ---------------------------
-K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
-K_OUT_ALU = 2              # per accumulator written back
-SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
-WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
+# ---- "snn" model constants (see docs/costmodel.md, "Stage 3" and "Fitted to H100 measurements") -----
 ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
-LAUNCH_US = 1.5            # per kernel of the sparse path (memset, COO* conversion, convolution)
-SPARSE_PATH_KERNELS = 3
-
+ISSUE_PER_SM = 4           # warp instructions an SM issues per clock (4 schedulers, Volta..Hopper)
+# Fitted by tools/fit_costmodel.py (least squares of log time over the H100 measurements in docs/results);
+# cycles are per channel a block walks unless said otherwise, so they scale with the GPU's clock.
+SNN_FIT = {
+    "fixed_us": 0.24,      # launch + first fill + write-back of a kernel on cold L2, once per layer
+    "memset_us": 7.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
+    "ch_cyc": 337.7,       # serial latency of one channel for the block's warps (wait, taps, mask)
+    "pix_cyc": 12.81,      # + per in-tile pixel tested by the mask loop
+    "fma_cyc": 6.824,      # + per FMA a thread issues
+    "pix_ins": 2.739,      # warp instructions per channel, warp and in-tile pixel (bit test, branch, load),
+                           # + 1 per FMA: the issue side when k blocks share an SM's 4 schedulers
+    "out_cyc": 22.35,      # SM cycles per warp and accumulator written back (atomics / stores), per block
+}
 
 @dataclass(frozen=True)
 class Choice:
@@ -189,37 +196,68 @@ def config_space(shape: ConvShape) -> list[KernelConfig]:
     return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
 
 
-def _weight_chunk(R, S, tc, threads, nt):
-    chunk = np.ones_like(np.asarray(tc))
-    for p in (2, 4, 8, 16, 32, 64, 128, 256, 512):
-        ok = (np.asarray(tc) % p == 0) & (2 * p * R * S * threads * nt * 4 <= WEIGHT_SMEM_PER_THREAD * threads)
-        chunk = np.where(ok, p, chunk)
-    return chunk
+# The emitter's rules (emit.weight_ring_depth, emit.min_blocks, emit.register_cap, emit.chunk_channels)
+# over whole arrays of configs; tests/test_costmodel.py checks they agree with the scalar functions.
+
+def _ring_depth(R, S, tc, threads, nt):
+    """WD: the largest depth <= WEIGHT_RING_DEPTH and <= tc whose ring fits WEIGHT_RING_LIMIT, at least 1."""
+    slot = R * S * threads * nt * 4
+    return np.maximum(1, np.minimum(np.minimum(emit.WEIGHT_RING_DEPTH, tc), emit.WEIGHT_RING_LIMIT // slot))
 
 
-def weight_chunk(shape: ConvShape, config: KernelConfig) -> int:
-    """Input channels of weights per shared-memory stage: the largest power of two dividing tc whose
-    double buffer (2 * chunk * R*S * threads*nt floats) takes at most WEIGHT_SMEM_PER_THREAD bytes
-    per thread; at least 1 (so 1 for every 3x3 and 7x7 conv, 4/nt for 1x1)."""
-    return int(_weight_chunk(shape.R, shape.S, config.tc, config.threads, config.nt))
+def _register_cap(threads, blocks):
+    warps_per_quadrant = -(-(threads // 32) * blocks // 4)
+    return np.minimum(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
+
+
+def _min_blocks(need, threads):
+    """MINB: register_cap only falls as blocks grow, so the blocks allowed are a prefix of 1..32."""
+    need = np.minimum(need, 255)
+    blocks = np.ones_like(threads)
+    for b in range(2, 33):
+        blocks = np.where((blocks == b - 1) & (_register_cap(threads, b) >= need), b, blocks)
+    return blocks
+
+
+def _chunk(npix, words, ring, tc):
+    """KC: the largest divisor of tc, <= 32, whose tile + masks + ring fit STATIC_SMEM_LIMIT; 0 where none
+    does (emit.chunk_channels raises: the emitter cannot build the config)."""
+    kc = np.zeros_like(tc)
+    for k in range(1, 33):
+        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= emit.STATIC_SMEM_LIMIT)
+        kc = np.where(fits, k, kc)
+    return kc
+
+
+def _kernel_params(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+    """NPIX, NWORDS, WD, KC (0: not buildable), MINB and the register cap of the emitted kernel."""
+    npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
+    words = -(-npix // 32)
+    wd = _ring_depth(shape.R, shape.S, tc, threads, nt)
+    ring = wd * shape.R * shape.S * threads * nt * 4
+    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + emit.REG_MARGIN, threads)
+    return {"npix": npix, "words": words, "wd": wd, "ring": ring, "kc": _chunk(npix, words, ring, tc),
+            "minb": minb, "reg_cap": _register_cap(threads, minb)}
 
 
 def _resources(shape: ConvShape, th, tw, tc, threads, nt):
-    cpb = threads * nt
-    th_in = (th - 1) * shape.stride[0] + shape.R
-    tw_in = (tw - 1) * shape.stride[1] + shape.S
-    regs = th * tw * nt + nt + REG_BASE
-    smem = (th_in * tw_in * tc * BYTES_PER_NNZ          # input tile, worst case dense, halo included
-            + tc * 4                                     # nonzero count per channel
-            + 2 * _weight_chunk(shape.R, shape.S, tc, threads, nt) * shape.R * shape.S * cpb * 4)  # weights, double-buffered
-    return regs, smem
+    """(registers, static smem, buildable) of the emitted kernel, as arrays."""
+    k = _kernel_params(shape, th, tw, tc, threads, nt)
+    regs = np.minimum(th * tw * nt + shape.R * shape.S * nt + REG_BASE, k["reg_cap"])
+    tile = k["npix"] * k["kc"] * 4 + k["kc"] * k["words"] * 4            # xs[NPIX*KC] + masks[KC*NWORDS]
+    smem = -(-tile // SMEM_ALIGN) * SMEM_ALIGN + k["ring"]               # + wring[WD*RS*NT*THREADS]
+    return regs, smem, k["kc"] > 0
 
 
 def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
-    """(registers per thread, shared-memory bytes per block) the kernel for `config` should need:
-    regs = th*tw*nt accumulators + nt + REG_BASE; smem = the dense worst case of the input tile
-    (th_in*tw_in*tc values and positions) + per-channel counts + the double-buffered weight chunk."""
-    regs, smem = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    """(registers per thread, static shared bytes per block) of the kernel emit.render_sparse writes
+    for `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
+    KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring.
+    Raises ValueError where the emitter cannot build the config (as emit.chunk_channels does)."""
+    regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
+    if not ok:
+        raise ValueError(f"{config.tag()}: the emitter cannot build it for {shape.tag()} (tile and ring over "
+                         f"{emit.STATIC_SMEM_LIMIT} B of shared memory)")
     return int(regs), int(smem)
 
 
@@ -251,7 +289,8 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
     tiles_c = -(-shape.C // tc)
     tiles_n = -(-shape.N // cpb)
     tiles_sp = r[:, 0] * c[:, 0]
-    regs, smem = _resources(shape, th, tw, tc, threads, nt)
+    regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt)
+    npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
     return {
         "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
         "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
@@ -263,7 +302,7 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
         "pairs_sp": r[:, 2] * c[:, 2] / tiles_sp,
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
-        "regs": regs, "smem": smem,
+        "regs": regs, "smem": smem, "buildable": buildable, "npix": npix,  # in-tile pixels the mask loop tests
     }
 
 
@@ -291,7 +330,8 @@ def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
     warps = -(-tab["threads"] // gpu.warp_size)
     # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
     # so kernels may use static shared memory and the runtime needs no opt-in call.
-    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block)
+    # and only what the emitter can build (emit.chunk_channels finds a channel chunk that fits)
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block) & tab["buildable"]
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
@@ -351,7 +391,9 @@ def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
 # =================================================================================================
 # Stage 3: time by waves
 
-def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx) -> dict[str, np.ndarray]:
+def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx,
+          consts: dict | None = None) -> dict[str, np.ndarray]:
+    """Stage 3 for the configs idx of tab; `consts` overrides SNN_FIT (tools/fit_costmodel.py fits them)."""
     th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
     tc_avg = tab["tc_avg"][idx]
     bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
@@ -366,16 +408,21 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
                 "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
                 "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
 
-    # "snn": per-block work on two pipes, per-block share of memory time, tail wave on its own.
-    nnz = tab["in_sp"][idx] * tc_avg * density                  # stored nonzeros per block
-    fma = cpb * tab["pairs_sp"][idx] * tc_avg * density         # real multiply-adds, whole register tile
-    alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
-    lsu = (fma                                                  # a weight read from shared memory per FMA
-           + threads * nnz                                      # every thread reads every nonzero (broadcast)
-           + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
-           + tc_avg * shape.R * shape.S * cpb                   # staging the weights
-           + cpb * th * tw)                                     # the atomics
-    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
+    # "snn": a block walks its tc channels one after the other; a channel costs the longer of its serial
+    # latency (one warp's chain: wait, taps, mask loop, FMAs) and its share of the SM's issue slots
+    # when k blocks run side by side. Waves of SMs x blocks per SM, the last one timed on its own;
+    # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
+    k_ = {**SNN_FIT, **(consts or {})}
+    clk = gpu.boost_clock_mhz * 1e6
+    f = tab["nt"][idx] * tab["pairs_sp"][idx] * density          # FMAs per thread and channel (whole tile)
+    npix = tab["npix"][idx]
+    lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
+    ins = warps * (k_["pix_ins"] * npix + f)                      # warp instructions per channel and block
+
+    out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
+
+    def wave(k):  # seconds for an SM running k blocks side by side, its blocks' memory share aside
+        return (k * out + tc_avg * np.maximum(lat, k * ins / ISSUE_PER_SM)) / clk
 
     tr = _traffic(shape, tab, batch, density, idx)
     half_l2 = gpu.l2_bytes / 2
@@ -386,24 +433,23 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
     m_blk = t_mem / num_blk
 
-    def issue(blocks_on_sm):  # seconds for an SM to run that many blocks side by side
-        return blocks_on_sm * c_blk / np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
-
     full = np.floor(num_blk / blk_wave)
     tail = num_blk - full * blk_wave
-    k_tail = np.ceil(tail / gpu.sms)
-    t_full = np.maximum(issue(bps), blk_wave * m_blk)
-    t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
-    # the dense -> COO* conversion before the kernel: read the dense input, write the nonzeros
-    convert = (batch * shape.C * shape.H * shape.W * (4 + density * BYTES_PER_NNZ)) / (gpu.dram_bandwidth_gbs * 1e9)
+    k_tail = np.maximum(np.ceil(tail / gpu.sms), 1)
+    t_full = np.maximum(wave(bps), blk_wave * m_blk)
+    t_tail = np.where(tail > 0, np.maximum(wave(k_tail), tail * m_blk), 0.0)
     kernel_us = (full * t_full + t_tail) * 1e6
-    return {"predicted_us": kernel_us + convert * 1e6 + SPARSE_PATH_KERNELS * LAUNCH_US,
-            "kernel_us": kernel_us, "convert_us": np.full_like(kernel_us, convert * 1e6),
+    # the memset: a launch, and the output's bytes at DRAM speed
+    memset_us = k_["memset_us"] + tr["out_bytes"] / (gpu.dram_bandwidth_gbs * 1e9) * 1e6
+    fixed_us = k_["fixed_us"] + np.where(tab["tiles_c"][idx] > 1, memset_us, 0.0)
+    return {"predicted_us": kernel_us + fixed_us,
+            "kernel_us": kernel_us, "fixed_us": fixed_us,
             "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
-            "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
+            "compute_us": (full * wave(bps) + np.where(tail > 0, wave(k_tail), 0.0)) * 1e6,
+            "latency_bound": lat >= bps * ins / ISSUE_PER_SM,
             "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
             "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
-            "fmas": fma * num_blk, "edge_waste": tab["edge_waste"][idx]}
+            "fmas": cpb * tab["pairs_sp"][idx] * tc_avg * density * num_blk, "edge_waste": tab["edge_waste"][idx]}
 
 
 # =================================================================================================
