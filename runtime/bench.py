@@ -886,6 +886,8 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                     try:
                         runner = _GraphForward(ex, sets[0])
                         plan.insert(0 if name == "snn" else len(plan), (name, runner, sets, False))
+                        if runner.runner.notes:
+                            rec["notes"][name + "_dense_layers"] = list(runner.runner.notes)
                         if name == "snn":
                             y_graph = runner(sets[0])
                             rec["rel_err_snn_graph_vs_dense"] = _rel_err(torch, y_graph, dense.forward(sets[0]))

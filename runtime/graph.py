@@ -37,6 +37,27 @@ class GraphUnavailable(RunError):
     """This torch, driver or cache cannot run the graph path; the message says why and what to do."""
 
 
+class BodyUnsupported(RunError):
+    """A SWITCH body recorded a node a conditional body may not hold (the driver crashes on it at
+    instantiation instead of failing cleanly); `layer` is then captured dense, outside any SWITCH."""
+
+    def __init__(self, msg: str, layer: str | None = None):
+        super().__init__(msg)
+        self.layer = layer
+
+
+# node types a conditional node's body graph may hold (CUDA programming guide, conditional graph nodes)
+_BODY_NODE_TYPES = ("KERNEL", "MEMSET", "MEMCPY", "EMPTY", "GRAPH", "CONDITIONAL")
+
+
+def body_nodes(drv, graph) -> list[tuple[object, str]]:
+    """(node, type name: KERNEL, MEMSET, ...) of every node of a captured body graph."""
+    _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
+    nodes, _ = check(drv.cuGraphGetNodes(graph, n), "cuGraphGetNodes") if n else ([], 0)
+    return [(nd, check(drv.cuGraphNodeGetType(nd), "cuGraphNodeGetType").name.replace("CU_GRAPH_NODE_TYPE_", ""))
+            for nd in list(nodes)[:n]]
+
+
 # -- conditional nodes inside a torch capture, with cuda-python --------------------------------------
 
 def capture_info(drv, torch):
@@ -109,6 +130,14 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
                 body()
         finally:
             check(drv.cuStreamEndCapture(hside), "cuStreamEndCapture (SWITCH body)")
+        nodes = body_nodes(drv, body_graph)
+        bad = sorted({t for _, t in nodes if t not in _BODY_NODE_TYPES})
+        if bad:
+            # empty the body, so that the capture still ends and instantiates (it is thrown away)
+            for nd, _ in nodes:
+                check(drv.cuGraphDestroyNode(nd), "cuGraphDestroyNode")
+            raise BodyUnsupported(f"SWITCH body {k} recorded {', '.join(bad)} node(s), which a conditional body "
+                                  "cannot hold")
     return node
 
 
@@ -132,7 +161,7 @@ class Capture:
         self.counters = torch.zeros(max(1, len(ex.slots)), dtype=torch.int64, device=ex.device)
         self.tables: dict[str, dispatch.SelectorTable] = {}
         if ex.cache is not None and ex.force != "dense":
-            for name in ex.eligible:
+            for name in ex.eligible - runner.dense_layers:
                 t = dispatch.selector_table(ex.cache.layer_entry(name, batch), ex.force)
                 if t is not None:
                     self.tables[name] = t
@@ -198,7 +227,10 @@ class Capture:
             out["y"] = y if y.is_contiguous(memory_format=cl) else y.contiguous(memory_format=cl)
 
         bodies = [dense] + [lambda k=k: self._sparse(op, k, inp, out["y"]) for k in table.kernels]
-        self._switch(handle, bodies)
+        try:
+            self._switch(handle, bodies)
+        except BodyUnsupported as e:
+            raise BodyUnsupported(f"{conv.name}: {e}", conv.name) from None
         trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
         return out["y"]
 
@@ -257,6 +289,8 @@ class GraphRunner:
         self.executor, self.device = executor, device
         self.captures = 0
         self._graphs: dict[tuple, _Graph] = {}
+        self.dense_layers: set[str] = set()  # layers whose dense body a SWITCH cannot hold: plain cuDNN nodes
+        self.notes: list[str] = []
         self.selector = None
         if executor.cache is not None and executor.force != "dense":
             missing = [n for n in ("MemPool", "use_mem_pool") if not hasattr(torch.cuda, n)]
@@ -310,14 +344,21 @@ class GraphRunner:
             ex.forward(static_x)
         cur.wait_stream(side)
         torch.cuda.synchronize()
-        cap = Capture(self, static_x.shape[0])
-        g = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(g):
-                out = ex.forward(static_x, capture=cap)
-        except RunError as e:
-            raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
-        finally:
-            ex._capture = None
+        while True:
+            cap = Capture(self, static_x.shape[0])
+            g = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(g):
+                    out = ex.forward(static_x, capture=cap)
+                break
+            except BodyUnsupported as e:  # capture again with that layer dense outside any SWITCH
+                if e.layer is None or e.layer in self.dense_layers:
+                    raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
+                self.dense_layers.add(e.layer)
+                self.notes.append(f"{e}: captured dense, without a device-side decision")
+            except RunError as e:
+                raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
+            finally:
+                ex._capture = None
         self.captures += 1
         return _Graph(g, static_x, out, cap, list(ex.last_trace))

@@ -169,6 +169,8 @@ class Session:
                 if progress:
                     progress(len(chunk))
         seconds = time.perf_counter() - t_start
+        if self.graph is not None and self.graph.notes:  # layers a SWITCH body could not hold: dense in the graph
+            self.warning = "; ".join([w for w in (self.warning,) if w] + self.graph.notes)
         return Result(self.net.name, preds, skipped, seconds, forward_s,
                       sorted(stats.values(), key=lambda s: s.index), self.warning, str(self.cache.path),
                       self.batch, self.force)

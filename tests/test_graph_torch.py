@@ -38,6 +38,7 @@ class CpuCapture(graph.Capture):
 class Runner:
     def __init__(self, ex):
         self.torch, self.executor, self.device, self.selector = torch, ex, None, {"cubin": "x", "function": "snn_select"}
+        self.dense_layers = set()
 
 
 @pytest.mark.parametrize("force,threshold", [("auto", 0.5), ("auto", 0.0), ("sparse", 0.5), ("dense", 0.5)])
@@ -176,7 +177,24 @@ def test_append_switch_calls_the_driver_in_order():
         object.__setattr__(params.conditional, "phGraph_out", [f"body{k}" for k in range(params.conditional.size)])
         return (0, "node")
 
+    T = real.CUgraphNodeType
+    graphs = {"body0": [("k0", T.CU_GRAPH_NODE_TYPE_KERNEL)], "body1": [],
+              "body2": [("m0", T.CU_GRAPH_NODE_TYPE_MEMSET), ("k2", T.CU_GRAPH_NODE_TYPE_KERNEL)]}
+    types = {nd: t for lst in graphs.values() for nd, t in lst}
+
+    def get_nodes(g, n):
+        lst = [nd for nd, _ in graphs[g]]
+        return (0, lst[:n] if n else None, len(lst))
+
+    def destroy(nd):
+        for lst in graphs.values():
+            lst[:] = [x for x in lst if x[0] != nd]
+        return (0,)
+
     drv = SimpleNamespace(
+        cuGraphGetNodes=rec("cuGraphGetNodes", get_nodes),
+        cuGraphNodeGetType=rec("cuGraphNodeGetType", lambda nd: (0, types[nd])),
+        cuGraphDestroyNode=rec("cuGraphDestroyNode", destroy),
         CUstream=lambda s: ("stream", s), CUstreamCaptureStatus=real.CUstreamCaptureStatus,
         CUgraphNodeType=real.CUgraphNodeType, CUgraphConditionalNodeType=real.CUgraphConditionalNodeType,
         CUstreamUpdateCaptureDependencies_flags=real.CUstreamUpdateCaptureDependencies_flags,
@@ -220,9 +238,10 @@ def test_append_switch_calls_the_driver_in_order():
     assert graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, [pool, None, None]) == "node"
     assert ("release", (0, 5)) in calls
     calls.remove(("release", (0, 5)))
-    names = [c[0] for c in calls]
+    names = [c[0] for c in calls if c[0] not in ("cuGraphGetNodes", "cuGraphNodeGetType")]
     assert names == ["cuStreamGetCaptureInfo", "cuGraphAddNode", "cuStreamUpdateCaptureDependencies"] + \
         ["cuStreamBeginCaptureToGraph", "cuStreamEndCapture"] * 3
+    assert sum(c[0] == "cuGraphNodeGetType" for c in calls) == 3  # every body node checked
     upd = calls[2][1]
     assert upd[0] == ("stream", "main") and upd[1] == ["node"] and upd[3] == 1 and \
         upd[4] == int(real.CUstreamUpdateCaptureDependencies_flags.CU_STREAM_SET_CAPTURE_DEPENDENCIES)
@@ -231,3 +250,9 @@ def test_append_switch_calls_the_driver_in_order():
     assert ran == [(0, "side", (0, 5)), (1, "side", None), (2, "side", None)]
     assert state == {"stream": "main", "pool": None}
     assert inspect.isfunction(graph.capture_info)
+    # a body holding a node a conditional body may not hold: emptied (the capture can still end) and reported
+    graphs["body1"].append(("ev", T.CU_GRAPH_NODE_TYPE_EVENT_RECORD))
+    types["ev"] = T.CU_GRAPH_NODE_TYPE_EVENT_RECORD
+    with pytest.raises(graph.BodyUnsupported, match="body 1 recorded EVENT_RECORD"):
+        graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, [pool, None, None])
+    assert graphs["body1"] == [] and graphs["body0"]  # only the offending body emptied
