@@ -74,23 +74,33 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
                 entry["static_kernel"] = static
             entry["calibration"] = {"never": lowest is None, "levels_measured": len(pairs),
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3),
-                                    "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3)}
+                                    "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3),
+                                    "static": static is not None}
             rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
                          "threshold": entry["threshold"], "never": lowest is None, "static": static is not None})
     return rows
 
 
 def static_kernel(entry: dict, pairs: dict[float, tuple[float, float]]) -> str | None:
-    """The kernel a layer runs at any sparsity, or None. When the lowest built level was measured and
-    the sparse kernel beat cuDNN by dispatch.STATIC_MARGIN there and at every other measured level,
-    a decision on the device buys nothing and costs a conditional node per layer: the layer always
-    runs the lowest level's kernel (made for the densest inputs, so the safest below the sweep)."""
+    """The kernel a layer runs at any sparsity, or None.
+
+    A decision on the device costs dispatch.DECISION_COST_US per layer and buys something only where
+    the sparse kernel can lose. When it won at every measured level (the lowest built one included)
+    and its time extrapolated to a dense input (a straight line in density through the measured
+    levels) is still within DECISION_COST_US of cuDNN's best, the layer runs the lowest level's kernel
+    (made for the densest inputs) at any sparsity: no selector, no conditional node."""
     lowest_built = min(float(k) for k in entry["levels"]) if entry["levels"] else None
     if not pairs or lowest_built is None or abs(min(pairs) - lowest_built) > 1e-9:
         return None
-    if any(d < dispatch.STATIC_MARGIN * s for s, d in pairs.values()):
+    if any(not s < d for s, d in pairs.values()):
         return None
-    return entry["levels"][bench.level_key(min(pairs))]["kernel"]
+    levels = sorted(pairs)
+    density = 1.0 - np.array(levels)
+    sparse = np.array([pairs[lv][0] for lv in levels])
+    at_dense = float(np.polyval(np.polyfit(density, sparse, 1), 1.0)) if len(levels) > 1 else float(sparse[0])
+    if at_dense > min(d for _, d in pairs.values()) + dispatch.DECISION_COST_US:
+        return None
+    return entry["levels"][bench.level_key(levels[0])]["kernel"]
 
 
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 FORCE_MODES = ("auto", "dense", "sparse")
 _EPS = 1e-9  # levels are decimals printed as text; 0.45 measured must select level "0.45"
 NEVER = 1.0  # a threshold this high (runtime/calibrate.py: sparse never won) keeps the layer dense
-# runtime/calibrate.py marks a layer `static_kernel` when its sparse kernels beat cuDNN by at least this
-# factor at every measured level, the lowest included: it then runs sparse at any sparsity, with no
-# decision on the device (a conditional node costs ~8 us in a CUDA graph on the H100: docs/graphs.md)
-STATIC_MARGIN = 1.5
+# What a decision on the device costs: a selector kernel + a SWITCH node in a CUDA graph, H100
+# (docs/results/h100/e2e/run1/overhead.json: 8.7 us per layer). runtime/calibrate.py marks a layer
+# `static_kernel` (sparse at any sparsity, no decision) when deciding cannot win this back.
+DECISION_COST_US = 8.0
 
 
 def levels(layer_entry: dict) -> list[tuple[float, str]]:
@@ -29,7 +29,7 @@ def choose(layer_entry: dict | None, sparsity: float, force: str = "auto") -> st
     auto:   sparsity below the layer's threshold -> dense; otherwise the kernel of the highest level
             not above the measured sparsity (dense if no level is that low). A threshold of 1.0 or more
             (calibrate's mark for "sparse never wins") keeps the layer dense at any sparsity; a
-            `static_kernel` (calibrate's mark for "sparse always wins by STATIC_MARGIN") runs at any.
+            `static_kernel` (calibrate's mark for "sparse wins even on a dense input") runs at any.
     dense:  always None.
     sparse: every layer that has kernels runs sparse; below the lowest level the lowest level's
             kernel runs (the kernels are exact at any sparsity, only slower).
