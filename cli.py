@@ -63,9 +63,10 @@ def inspect_cmd(spec, as_json):
               help="Sparsity levels to plan for: start:stop:step (stop included) or a comma list like 0.5,0.7.")
 @click.option("--layer", "layers", multiple=True, metavar="NAME",
               help="Plan only this conv layer (node name as in `snn-codegen inspect`); repeat for several.")
-@click.option("--model", type=click.Choice(["snn", "paper"]), default="snn",
-              help="Cost model for stage 3: 'snn' (waves costing max(compute, memory), atomics, tail wave, "
-                   "edge tiles) or 'paper' (Eqs. 3-9 of the cuSNN paper, known slips fixed).")
+@click.option("--model", type=click.Choice(["snn", "pipes", "paper"]), default="snn",
+              help="Cost model for stage 3: 'snn' (per-channel latency vs issue share, fitted to H100 timings), "
+                   "'pipes' (the model before the fit: FP32 and shared-memory pipes per block) or 'paper' "
+                   "(Eqs. 3-9 of the cuSNN paper, known slips fixed).")
 @click.option("--explain", is_flag=True,
               help="Show, per distinct shape and level, how many configs survived each stage and the best "
                    "candidates with their numbers (use with --layer to keep it short).")
@@ -109,8 +110,10 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel nvcc jobs (make -j); default: the number of CPUs.")
 @click.option("--force", is_flag=True, help="Recompile every kernel, ignoring the cubin cache.")
+@click.option("--model", type=click.Choice(["snn", "pipes", "paper"]), default="snn",
+              help="Stage-3 cost model that picks the configs (docs/costmodel.md); recorded in the manifest.")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model):
     """Plan, render and compile the sparse kernels of SPEC into the cubin cache ($SNN_CACHE_DIR,
     default ~/.cache/snn/cubins) and write OUT/<network>/<gpu>/manifest.json.
 
@@ -120,7 +123,7 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force):
     from codegen.build import build, default_stages, parse_batches, parse_levels
     batches, lvls = parse_batches(batch), parse_levels(levels)
     net = load_spec(spec)
-    stages = default_stages()
+    stages = default_stages(model)
     try:
         target = stages.load_gpu(gpu)
     except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself

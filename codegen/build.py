@@ -59,12 +59,16 @@ class Stages:
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
 
 
-def default_stages() -> Stages:
-    """The real cost model and emitter (docs/interfaces.md, sections plan and source)."""
+def default_stages(model: str = "snn") -> Stages:
+    """The real cost model (stage-3 `model`, costmodel.MODELS) and emitter (docs/interfaces.md,
+    sections plan and source)."""
+    from functools import partial
+
     from .costmodel import estimate_resources, plan_network
     from .emit import render_epilogue, render_selector, render_sparse
     from .gpu import load_gpu
-    return Stages(plan_network, render_sparse, render_epilogue, estimate_resources, load_gpu, render_selector)
+    return Stages(partial(plan_network, model=model), render_sparse, render_epilogue, estimate_resources, load_gpu,
+                  render_selector)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -447,6 +451,9 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
 
     epi = units[epi_name].record
     extra = {}
+    model = (getattr(stages.plan_network, "keywords", None) or {}).get("model")
+    if model:  # which stage-3 model planned these kernels (snn-codegen build --model)
+        extra["model"] = model
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
         extra["selector"] = {"cubin": units[sel_name].record["cubin"], "function": sel_name,
                              **_resources(units[sel_name].record)}

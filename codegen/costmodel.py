@@ -39,7 +39,7 @@ from .gpu import GPU
 from .occupancy import block_limits
 from .spec import ConvLayer, ConvShape, Network
 
-MODELS = ("snn", "paper")
+MODELS = ("snn", "pipes", "paper")
 DEFAULT_LEVELS = "0.4:0.9:0.05"
 
 # ---- configuration space ----------------------------------------------------------------------
@@ -62,6 +62,15 @@ BYTES_PER_NNZ = 8          # a stored input of the COO* format: fp32 value + pac
 OCCUPANCY_MIN = 0.5
 STAGE2_KEEP = 1 / 3
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
+
+# ---- "pipes" model constants: the stage 3 used before the fit (kept selectable: on the H100 its picks ran
+# ResNet-152 end to end faster than the fitted model's, docs/costmodel.md "Two stage-3 models") ----------
+K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
+K_OUT_ALU = 2              # per accumulator written back
+SMEM_LANES_PER_SM = 32     # shared-memory pipe: 128 B/clk/SM on Volta..Hopper
+WARPS_FOR_FULL_ISSUE = 16  # fewer resident warps per SM than this cannot hide latency
+LAUNCH_US = 1.5            # per kernel of the sparse path
+SPARSE_PATH_KERNELS = 3
 
 # ---- "snn" model constants (see docs/costmodel.md, "Stage 3" and "Fitted to H100 measurements") -----
 ATOMIC_L2_BYTES = 8        # an fp32 atomic add is a read-modify-write in L2
@@ -391,6 +400,55 @@ def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
 # =================================================================================================
 # Stage 3: time by waves
 
+def _memory(shape: ConvShape, gpu: GPU, tab: dict, batch: int, density: float, idx) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(traffic, DRAM bytes, memory seconds) of the configs idx: the floor both stage-3 models share."""
+    tr = _traffic(shape, tab, batch, density, idx)
+    half_l2 = gpu.l2_bytes / 2
+    w_dram = np.where(tr["w_bytes"] <= half_l2, tr["w_bytes"], tr["w_l2"])
+    # output zeroed, then written back once if it stays in L2; else every channel tile misses again
+    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * tab["tiles_c"][idx]) * tr["out_bytes"])
+    dram = tr["in_dram"] + w_dram + out_dram
+    t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
+    return tr, dram, t_mem
+
+
+def _time_pipes(shape: ConvShape, gpu: GPU, tab: dict, batch: int, density: float, idx, num_blk, blk_wave, waves,
+                bps, warps) -> dict[str, np.ndarray]:
+    """"pipes" stage 3 (the model before the fit): per-block work on the FP32 and shared-memory pipes,
+    issue limited below WARPS_FOR_FULL_ISSUE resident warps, memory share per block, tail wave apart."""
+    th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
+    tc_avg = tab["tc_avg"][idx]
+    nnz = tab["in_sp"][idx] * tc_avg * density                  # non-zero inputs per block
+    fma = cpb * tab["pairs_sp"][idx] * tc_avg * density         # real multiply-adds, whole register tile
+    alu = fma + threads * nnz * K_NNZ_ALU + cpb * th * tw * K_OUT_ALU
+    lsu = (fma                                                  # a weight read from shared memory per FMA
+           + threads * nnz                                      # every thread reads every nonzero (broadcast)
+           + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
+           + tc_avg * shape.R * shape.S * cpb                   # staging the weights
+           + cpb * th * tw)                                     # the atomics
+    c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
+    tr, dram, t_mem = _memory(shape, gpu, tab, batch, density, idx)
+    m_blk = t_mem / num_blk
+
+    def issue(blocks_on_sm):  # seconds for an SM to run that many blocks side by side
+        return blocks_on_sm * c_blk / np.minimum(1.0, blocks_on_sm * warps / WARPS_FOR_FULL_ISSUE)
+
+    full = np.floor(num_blk / blk_wave)
+    tail = num_blk - full * blk_wave
+    k_tail = np.ceil(tail / gpu.sms)
+    t_full = np.maximum(issue(bps), blk_wave * m_blk)
+    t_tail = np.where(tail > 0, np.maximum(issue(np.maximum(k_tail, 1)), tail * m_blk), 0.0)
+    convert = (batch * shape.C * shape.H * shape.W * (4 + density * BYTES_PER_NNZ)) / (gpu.dram_bandwidth_gbs * 1e9)
+    kernel_us = (full * t_full + t_tail) * 1e6
+    return {"predicted_us": kernel_us + convert * 1e6 + SPARSE_PATH_KERNELS * LAUNCH_US,
+            "kernel_us": kernel_us, "convert_us": np.full_like(kernel_us, convert * 1e6),
+            "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
+            "compute_us": (full * issue(bps) + np.where(tail > 0, issue(np.maximum(k_tail, 1)), 0.0)) * 1e6,
+            "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
+            "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
+            "fmas": fma * num_blk, "edge_waste": tab["edge_waste"][idx]}
+
+
 def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx,
           consts: dict | None = None) -> dict[str, np.ndarray]:
     """Stage 3 for the configs idx of tab; `consts` overrides SNN_FIT (tools/fit_costmodel.py fits them)."""
@@ -408,6 +466,9 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
                 "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves,
                 "flops_blk": flops_blk, "time_wave_us": time_wave * 1e6}
 
+    if model == "pipes":
+        return _time_pipes(shape, gpu, tab, batch, density, idx, num_blk, blk_wave, waves, bps, warps)
+
     # "snn": a block walks its tc channels one after the other; a channel costs the longer of its serial
     # latency (one warp's chain: wait, taps, mask loop, FMAs) and its share of the SM's issue slots
     # when k blocks run side by side. Waves of SMs x blocks per SM, the last one timed on its own;
@@ -424,13 +485,7 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     def wave(k):  # seconds for an SM running k blocks side by side, its blocks' memory share aside
         return (k * out + tc_avg * np.maximum(lat, k * ins / ISSUE_PER_SM)) / clk
 
-    tr = _traffic(shape, tab, batch, density, idx)
-    half_l2 = gpu.l2_bytes / 2
-    w_dram = np.where(tr["w_bytes"] <= half_l2, tr["w_bytes"], tr["w_l2"])
-    # output zeroed, then written back once if it stays in L2; else every channel tile misses again
-    out_dram = np.where(tr["out_bytes"] <= half_l2, 2 * tr["out_bytes"], (1 + 2 * tab["tiles_c"][idx]) * tr["out_bytes"])
-    dram = tr["in_dram"] + w_dram + out_dram
-    t_mem = np.maximum(dram / (gpu.dram_bandwidth_gbs * 1e9), tr["l2_bytes"] / (gpu.l2_bandwidth_gbs * 1e9))
+    tr, dram, t_mem = _memory(shape, gpu, tab, batch, density, idx)
     m_blk = t_mem / num_blk
 
     full = np.floor(num_blk / blk_wave)
@@ -666,7 +721,7 @@ def format_explain(info: dict[str, Any], layers: Sequence[str] = ()) -> str:
            f"{info['occupancy_min']:.0%}: {c['stage1_occupancy']}"
            + (" (none reached it: kept the best occupancy)" if info["stage1_relaxed"] else "")
            + f" → stage 2 least data movement: {c['stage2_data_movement']} → stage 3 timed: {c['stage3_timed']}"]
-    snn = info["model"] == "snn"
+    snn = info["model"] != "paper"  # the waves models report compute / memory / atomics
     head = ("rank", "config", "regs", "smem", "blk/SM", "occ", "data MB", "blocks", "waves",
             *(("compute µs", "memory µs", "atomic µs", "edge") if snn else ("kFLOP/blk", "wave µs")), "predicted µs")
     body = []

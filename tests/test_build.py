@@ -320,9 +320,23 @@ def test_parse_levels_and_batches():
             parse_batches(bad)
 
 
+def test_model_reaches_the_planner_and_the_manifest(env):
+    from functools import partial
+    seen = []
+    planner = FakePlanner()
+
+    def plan(net, gpu, batch, levels, model="snn"):
+        seen.append(model)
+        return planner(net, gpu, batch, levels)
+    stages = fake_stages(planner=partial(plan, model="pipes"))
+    r = run_build(env, stages)
+    assert seen == ["pipes"] and r.manifest["model"] == "pipes"
+    assert buildmod.default_stages("paper").plan_network.keywords == {"model": "paper"}
+
+
 @pytest.fixture
 def cli_env(env, monkeypatch):
-    monkeypatch.setattr(buildmod, "default_stages", lambda: fake_stages())
+    monkeypatch.setattr(buildmod, "default_stages", lambda model="snn": fake_stages())
     return env
 
 
