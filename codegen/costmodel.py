@@ -8,7 +8,7 @@ For one conv shape, GPU, batch and sparsity level:
   stage 2     keep the third with the least data movement (Table 2, in bytes, times the batch)
   stage 3     predict the time (waves, Eqs. 3-9) and take the minimum
 
-Two models share stages 1-2 and differ in what they count:
+Three models share stages 1-2 and differ in what they count:
 
   "paper"  Table 2 and Eqs. 3-9 as printed, with the known slips fixed (Eq. 4 the right way up,
            R*S in Eq. 6, Table 2 / Eq. 3 times the batch) and N in Eq. 6 read as the block's own
@@ -19,8 +19,10 @@ Two models share stages 1-2 and differ in what they count:
            the write-back, memory time per wave (DRAM and L2 traffic) as a floor, the tail wave on
            its own, the memset and a fixed cost. Its constants (SNN_FIT) are fitted to H100
            measurements by tools/fit_costmodel.py.
+  "pipes"  the "snn" stage 3 before the fit: per-block work on the FP32 and shared-memory pipes
+           (kept: its picks ran ResNet-152 faster at batch 8, docs/costmodel.md).
 
-docs/costmodel.md describes both and every departure from the paper. Levels are *sparsity*
+docs/costmodel.md describes them and every departure from the paper. Levels are *sparsity*
 (fraction of zeros) s; the paper's rho is the density 1 - s.
 """
 from __future__ import annotations
