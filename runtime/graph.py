@@ -50,6 +50,23 @@ class BodyUnsupported(RunError):
 _BODY_NODE_TYPES = ("KERNEL", "MEMSET", "MEMCPY", "EMPTY", "GRAPH", "CONDITIONAL")
 
 
+def device_launch_refusal(drv, graph) -> str | None:
+    """Why the driver refuses `graph` as a device-launched graph (what a conditional body is), or None.
+    A clone is instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH and thrown away: the driver
+    validates there, cleanly, what it otherwise meets only when the whole forward pass is instantiated
+    (VGG-19 at batch 32 crashed the process in torch's capture_end: docs/graphs.md)."""
+    clone = check(drv.cuGraphClone(graph), "cuGraphClone")
+    try:
+        flag = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
+        err, exe = drv.cuGraphInstantiate(clone, flag)
+        if err != 0:
+            return getattr(err, "name", f"CUresult {int(err)}")
+        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
+        return None
+    finally:
+        check(drv.cuGraphDestroy(clone), "cuGraphDestroy")
+
+
 def body_nodes(drv, graph) -> list[tuple[object, str]]:
     """(node, type name: KERNEL, MEMSET, ...) of every node of a captured body graph."""
     _, n = check(drv.cuGraphGetNodes(graph, 0), "cuGraphGetNodes")
@@ -132,12 +149,15 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
             check(drv.cuStreamEndCapture(hside), "cuStreamEndCapture (SWITCH body)")
         nodes = body_nodes(drv, body_graph)
         bad = sorted({t for _, t in nodes if t not in _BODY_NODE_TYPES})
-        if bad:
+        why = (f"recorded {', '.join(bad)} node(s), which a conditional body cannot hold" if bad else None)
+        if why is None and nodes:
+            refusal = device_launch_refusal(drv, body_graph)
+            why = f"is refused as a device-launched graph ({refusal})" if refusal else None
+        if why:
             # empty the body, so that the capture still ends and instantiates (it is thrown away)
             for nd, _ in nodes:
                 check(drv.cuGraphDestroyNode(nd), "cuGraphDestroyNode")
-            raise BodyUnsupported(f"SWITCH body {k} recorded {', '.join(bad)} node(s), which a conditional body "
-                                  "cannot hold")
+            raise BodyUnsupported(f"SWITCH body {k} {why}")
     return node
 
 
