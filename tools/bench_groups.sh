@@ -20,7 +20,7 @@ echo "bench rc=$? ($(( $(date +%s) - T0 ))s)" | tee -a "$OUT/bench/bench.log"
 grep -E "BAD|ceilings" "$OUT/bench/bench.log" | head -20
 cat "$OUT/bench/groups_table.md" 2>/dev/null
 for tool in memcheck racecheck; do
-    timeout 45 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+    timeout 60 compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
         python3 tools/check_kernels.py sanitize --groups --limit 4 --cache "$CACHE" --out "$OUT/sanitize" \
         > "$OUT/sanitize/$tool.log" 2>&1
     echo "$tool rc=$? ($(( $(date +%s) - T0 ))s)" | tee -a "$OUT/sanitize/$tool.log"

@@ -66,6 +66,20 @@ def nvcc_version() -> str:
     return out.strip().splitlines()[-1] if out else "?"
 
 
+def cache_key(src: str, arch: str, ver: str) -> str:
+    return hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), ver]).encode()).hexdigest()[:24]
+
+
+def prune_cache(sources: dict[str, str], cache: Path, arch: str) -> int:
+    """Delete the cache entries no source of this run maps to (keeps a carried cache small)."""
+    ver = nvcc_version()
+    keep = {cache_key(src, arch, ver) for src in sources.values()}
+    gone = [f for f in cache.iterdir() if f.suffix in (".cubin", ".ptxas") and f.stem not in keep]
+    for f in gone:
+        f.unlink()
+    return len(gone)
+
+
 def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> dict[str, tuple[bytes, dict]]:
     """name -> (cubin, ptxas report of that function); cached by hash of source, flags, arch, nvcc."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -73,7 +87,7 @@ def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> d
 
     def one(item):
         name, src = item
-        key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), ver]).encode()).hexdigest()[:24]
+        key = cache_key(src, arch, ver)
         cub, rep = cache / f"{key}.cubin", cache / f"{key}.ptxas"
         if not (cub.exists() and rep.exists()):
             with tempfile.TemporaryDirectory() as tmp:
@@ -567,6 +581,8 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--best-of", type=Path, default=None,
                     help="bench only the kernels that won in this earlier bench JSON (same names)")
+    ap.add_argument("--prune", action="store_true",
+                    help="compile: delete cache entries that none of this run's kernels uses")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -614,6 +630,8 @@ def main(argv=None):
     print(f"compiled/cached {len(binaries)} kernels in {time.time() - t0:.1f}s; with spills/stack: {len(spills)}",
           flush=True)
     if a.mode == "compile":
+        if a.prune:
+            print(f"pruned {prune_cache(sources, a.cache, a.arch)} stale cache files")
         return 0
     import torch
     drv = Driver(torch)
