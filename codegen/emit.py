@@ -99,41 +99,110 @@ def register_cap(threads: int, blocks: int) -> int:
     return min(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
 
 
-def min_blocks(shape: ConvShape, cfg: KernelConfig) -> int:
+def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
     """Second __launch_bounds__ argument: the most blocks whose register cap still covers what the
     tile needs (accumulators + one channel's taps + REG_MARGIN), so more blocks fit on an SM;
-    with 1, ptxas took up to 254 registers for tiles needing ~160."""
+    with 1, ptxas took up to 254 registers for tiles needing ~160. A block of `groups` warp-groups
+    has threads * groups threads."""
     need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_MARGIN
     blocks = 1
-    while blocks < 32 and register_cap(cfg.threads, blocks + 1) >= min(need, 255):
+    while blocks < 32 and register_cap(cfg.threads * groups, blocks + 1) >= min(need, 255):
         blocks += 1
     return blocks
 
 
-def chunk_channels(shape: ConvShape, cfg: KernelConfig) -> int:
+def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT) -> int:
     """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
-    fit STATIC_SMEM_LIMIT."""
+    fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget)."""
     ih, iw = in_tile(shape, cfg)
     npix = ih * iw
     words = math.ceil(npix / 32)
     ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt * 4
     for kc in range(min(cfg.tc, 32), 0, -1):
-        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= STATIC_SMEM_LIMIT:
+        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= budget:
             return kc
     raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
 
 
-def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
+# ---------------------------------------------------------------- in-block channel split (groups)
+
+MAX_GROUPS = 15                 # named barriers 1..15 (0 is __syncthreads)
+DYNAMIC_SMEM_LIMIT = 200 * 1024  # of the H100's 227 KB per block, for G > 1 (dynamic shared memory)
+GROUP_MAX_THREADS = 1024
+GROUP_REG_MARGIN = 56           # registers beyond accumulators + taps that a G > 1 kernel needs at most
+                                # to stay spill-free (ptxas: ~30-50 used at G = 1 beyond acc + taps)
+
+
+def group_budget(groups: int) -> int:
+    """Shared bytes one warp-group's tile + masks + ring may take: the static budget of G = 1, less
+    where G of them would not fit DYNAMIC_SMEM_LIMIT."""
+    return STATIC_SMEM_LIMIT if groups == 1 else min(STATIC_SMEM_LIMIT, DYNAMIC_SMEM_LIMIT // groups)
+
+
+def _pad4(n: int) -> int:
+    return -(-n // 4) * 4
+
+
+def group_layout(shape: ConvShape, cfg: KernelConfig, groups: int) -> dict:
+    """Floats of one warp-group's region of dynamic shared memory ([xs | masks | ring], each 16-byte
+    aligned), of the reduction buffer [G][TH*TW][NB] (aliasing the regions once every group is done),
+    and the dynamic shared bytes of the launch."""
+    ih, iw = in_tile(shape, cfg)
+    npix = ih * iw
+    kc = chunk_channels(shape, cfg, group_budget(groups))
+    xs = _pad4(npix * kc)
+    masks = _pad4(kc * math.ceil(npix / 32))
+    ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt
+    region = xs + masks + _pad4(ring)
+    red = groups * cfg.th * cfg.tw * cfg.threads * cfg.nt
+    return dict(KC=kc, XS_FLOATS=xs, MASK_FLOATS=masks, GROUP_FLOATS=region, RED_FLOATS=red,
+                SMEM=4 * max(groups * region, red))
+
+
+def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ValueError(f"groups must be in [1, {MAX_GROUPS}] (named barriers)")
+    if cfg.threads * groups > GROUP_MAX_THREADS:
+        raise ValueError(f"{cfg.tag()}: {groups} groups x {cfg.threads} threads > {GROUP_MAX_THREADS}")
+    if groups > 1 and group_layout(shape, cfg, groups)["SMEM"] > DYNAMIC_SMEM_LIMIT:
+        raise ValueError(f"{cfg.tag()}: {groups} groups need more than {DYNAMIC_SMEM_LIMIT} bytes of shared memory")
+
+
+def default_groups(shape: ConvShape, batch: int, cfg: KernelConfig, max_threads: int = 512) -> int:
+    """Proposed G for an in-block channel split: the smallest G with G * tc >= C (one block covers all
+    of C: no memset, no global atomics), if the block stays <= max_threads threads, its register cap
+    at one block per SM covers accumulators + taps + GROUP_REG_MARGIN, and shared memory fits;
+    otherwise 1. Pure function of its arguments (batch is accepted for a later rule; not used)."""
+    del batch
+    need = -(-shape.C // cfg.tc)
+    if need <= 1 or need > MAX_GROUPS or cfg.threads * need > min(max_threads, GROUP_MAX_THREADS):
+        return 1
+    regs = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + GROUP_REG_MARGIN
+    if register_cap(cfg.threads * need, 1) < min(regs, 255):
+        return 1
+    try:
+        check_groups(shape, cfg, need)
+    except ValueError:
+        return 1
+    return need
+
+
+def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1) -> dict:
     ih, iw = in_tile(shape, cfg)
     g = cfg.grid(shape, batch)
-    kc = chunk_channels(shape, cfg)
+    kc = chunk_channels(shape, cfg, group_budget(groups))
     npix = ih * iw
-    return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q,
-                R=shape.R, S=shape.S, SH=shape.stride[0], SW=shape.stride[1],
-                PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, TC=cfg.tc,
-                THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
-                NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg), MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
-                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"])
+    geo = dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q,
+               R=shape.R, S=shape.S, SH=shape.stride[0], SW=shape.stride[1],
+               PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, TC=cfg.tc,
+               THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
+               NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
+               MINB=min_blocks(shape, cfg, groups), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
+               TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], G=groups, SMEM=0)
+    if groups > 1:  # a block covers G * tc channels; group g (threadIdx.y) the g-th tc of them
+        geo.update(group_layout(shape, cfg, groups))
+        geo["TILES_C"] = math.ceil(shape.C / (groups * cfg.tc))
+    return geo
 
 
 def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
@@ -148,23 +217,31 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 # ---------------------------------------------------------------- renderers
 
 
-def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask") -> str:
+def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1) -> str:
     base = cfg.name(shape, batch)
+    if groups > 1:
+        base = f"{base}_g{groups}"
     return base if loop == "mask" else f"{base}_{loop}"
 
 
-def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask") -> EmittedKernel:
+def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
+                  groups: int = 1) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
     pixels with a warp-uniform bit test each; "switch": find-first-set over the mask and a jump table
     of per-pixel bodies (cost only per non-zero, more per visit). Both keep all indices static.
+    groups: G warp-groups per block (block [threads, G, 1]) split the block's G * tc channels, each
+    walking its tc with its own tile, masks and weight ring (dynamic shared memory), then reduce
+    through shared memory; no memset and no global atomics when G * tc >= C. G = 1 is the classic
+    kernel (same source as before groups existed).
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
     check_config(shape, config)
-    g = geometry(shape, batch, config)
-    name = kernel_name(shape, batch, config, loop)
+    check_groups(shape, config, groups)
+    g = geometry(shape, batch, config, groups)
+    name = kernel_name(shape, batch, config, loop, groups)
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
@@ -177,7 +254,7 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         steps.append({"op": "memset", "buffer": "output"})
     steps.append({"op": "launch", "function": name,
                   "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-                  "block": [config.threads, 1, 1], "smem": 0, "args": ["input", "weight", "output"]})
+                  "block": [config.threads, groups, 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
     return EmittedKernel(name, src, steps, {}, "CRSN")
 
 

@@ -8,6 +8,8 @@
   `emit.geometry`, so it already leaves room for the kernel's cp.async weight ring (WD channels of
   per-thread taps); the ring only changes when weights arrive, not which channel's taps multiply
   which pixel, nor the order of the additions into an accumulator, so it needs no mirror here.
+  With `groups` = G > 1 it mirrors the in-block channel split: G warp-groups per block, each over
+  its own tc channels, partial tiles summed in group order (the shared-memory reduction).
 - `sparse_conv_coo` runs the convolution from the COO* buffers, proving they carry everything needed.
 - `conv2d_direct` is the plain float64 convolution they are checked against.
 
@@ -58,10 +60,37 @@ def _stage(x, b, h0, w0, c0, g):
     return xs
 
 
-def sparse_conv_fused(x: np.ndarray, w_crsn: np.ndarray, shape: ConvShape, cfg: KernelConfig) -> np.ndarray:
+def _group_partial(x, w_crsn, shape, g, pix, b, h0, w0, c_begin, c_end, width):
+    """The accumulators of one warp-group (the whole block when G = 1) walking channels
+    [c_begin, c_end) in chunks of KC staged from c_begin (channels past C are zero-filled)."""
+    TH, TW, TC, KC, N = g["TH"], g["TW"], g["TC"], g["KC"], g["N"]
+    acc = np.zeros((TH, TW, width))
+    for c0 in range(c_begin, c_end, KC):
+        xs = _stage(x, b, h0, w0, c0, g)
+        nz = xs != 0
+        masks = [[int(sum(1 << k for k in range(32) if wd * 32 + k < g["NPIX"] and nz[wd * 32 + k, cc]))
+                  for wd in range(g["NWORDS"])] for cc in range(KC)]
+        for cc in range(KC):
+            m = masks[cc]
+            if not any(m):
+                continue
+            wr = np.zeros((shape.R * shape.S, width))
+            wr[:, :N] = w_crsn[c0 + cc].reshape(shape.R * shape.S, N)  # n >= N loads 0
+            for p, rs, oy, ox in pix:
+                if m[p // 32] >> (p % 32) & 1:
+                    acc[oy, ox, :] += float(xs[p, cc]) * wr[rs]
+    return acc
+
+
+def sparse_conv_fused(x: np.ndarray, w_crsn: np.ndarray, shape: ConvShape, cfg: KernelConfig,
+                      groups: int = 1) -> np.ndarray:
+    """groups = G > 1: a block (tile_c) covers channels [tile_c*G*TC, +G*TC); group gi walks the
+    gi-th TC of them (possibly none past C) into its own accumulators; the block sums the G partial
+    tiles in order gi = 0..G-1 (the shared-memory reduction) and stores (atomicAdd when TILES_C > 1)."""
     batch = x.shape[0]
-    g = geometry(shape, batch, cfg)
-    P, Q, N, C, TH, TW, TC, KC, NB = g["P"], g["Q"], g["N"], g["C"], g["TH"], g["TW"], g["TC"], g["KC"], g["NB"]
+    g = geometry(shape, batch, cfg, groups)
+    P, Q, N, C, TH, TW, TC, NB = g["P"], g["Q"], g["N"], g["C"], g["TH"], g["TW"], g["TC"], g["NB"]
+    G = g["G"]
     pix = _pixel_index(tile_taps(shape, cfg))
     out = np.zeros((batch, P, Q, N), dtype=np.float64)
     for b in range(batch):                                    # blockIdx.z
@@ -71,22 +100,12 @@ def sparse_conv_fused(x: np.ndarray, w_crsn: np.ndarray, shape: ConvShape, cfg: 
             h0, w0 = p0 * g["SH"] - g["PH"], q0 * g["SW"] - g["PW"]
             for tile_c in range(g["TILES_C"]):                # blockIdx.y / TILES_N
                 # all TILES_N channel groups at once: they differ only in which columns n they own
-                acc = np.zeros((TH, TW, g["TILES_N"] * NB))
-                c_begin, c_end = tile_c * TC, min(tile_c * TC + TC, C)
-                for c0 in range(c_begin, c_end, KC):
-                    xs = _stage(x, b, h0, w0, c0, g)
-                    nz = xs != 0
-                    masks = [[int(sum(1 << k for k in range(32) if wd * 32 + k < g["NPIX"] and nz[wd * 32 + k, cc]))
-                              for wd in range(g["NWORDS"])] for cc in range(KC)]
-                    for cc in range(KC):
-                        m = masks[cc]
-                        if not any(m):
-                            continue
-                        wr = np.zeros((shape.R * shape.S, acc.shape[2]))
-                        wr[:, :N] = w_crsn[c0 + cc].reshape(shape.R * shape.S, N)  # n >= N loads 0
-                        for p, rs, oy, ox in pix:
-                            if m[p // 32] >> (p % 32) & 1:
-                                acc[oy, ox, :] += float(xs[p, cc]) * wr[rs]
+                width = g["TILES_N"] * NB
+                acc = np.zeros((TH, TW, width))
+                for gi in range(G):                           # threadIdx.y
+                    c_begin = tile_c * G * TC + gi * TC
+                    c_end = min(c_begin + TC, C)
+                    acc = acc + _group_partial(x, w_crsn, shape, g, pix, b, h0, w0, c_begin, c_end, width)
                 pe, qe = min(TH, P - p0), min(TW, Q - q0)
                 out[b, p0:p0 + pe, q0:q0 + qe, :] += acc[:pe, :qe, :N]  # atomicAdd when TILES_C > 1
     return out

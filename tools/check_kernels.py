@@ -10,6 +10,9 @@ current stream; torch tensors own all memory) and
   bench    times the sparse path (its steps: memset + launch) against cuDNN FP32 and TF32, L2
            flushed before every run, CUDA events, median of many runs, several configs per layer;
   sanitize runs `check` on a few kernels under compute-sanitizer memcheck.
+With --groups, check/sanitize cover in-block channel split kernels (emit.render_sparse(groups=G > 1))
+and bench times G = 1 against G > 1 on BENCH_LAYERS + GROUP_EXTRA_LAYERS (see group_bench_candidates),
+writing groups_table.md next to the JSON. tools/bench_groups.sh is the device command.
 
     PYTHONPATH=. python tools/check_kernels.py all --out docs/results/kernels
 """
@@ -49,6 +52,11 @@ BENCH_LAYERS = [("resnet152 64->64 @56", 64, 64, 56), ("resnet152 128->128 @28",
                 ("resnet152 256->256 @14", 256, 256, 14), ("resnet152 512->512 @7", 512, 512, 7),
                 ("densenet201 128->32 @56", 128, 32, 56), ("densenet201 128->32 @28", 128, 32, 28),
                 ("densenet201 128->32 @14", 128, 32, 14), ("densenet201 128->32 @7", 128, 32, 7)]
+# ResNet-152 1x1 layers added to the groups bench (C, N, H; stride 1, no padding).
+GROUP_EXTRA_LAYERS = [("resnet152 1x1 1024->256 @14", 1024, 256, 14), ("resnet152 1x1 256->1024 @14", 256, 1024, 14),
+                      ("resnet152 1x1 512->128 @28", 512, 128, 28), ("resnet152 1x1 128->512 @28", 128, 512, 28)]
+# Batch-1 winners of run3 (v2 = the current kernels) on BENCH_LAYERS: always among the G = 1 candidates.
+RUN3_JSON = ROOT / "docs" / "results" / "kernels" / "run3-perf-v2" / "v2" / "all.json"
 
 
 # ------------------------------------------------------------------ compile
@@ -58,6 +66,20 @@ def nvcc_version() -> str:
     return out.strip().splitlines()[-1] if out else "?"
 
 
+def cache_key(src: str, arch: str, ver: str) -> str:
+    return hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), ver]).encode()).hexdigest()[:24]
+
+
+def prune_cache(sources: dict[str, str], cache: Path, arch: str) -> int:
+    """Delete the cache entries no source of this run maps to (keeps a carried cache small)."""
+    ver = nvcc_version()
+    keep = {cache_key(src, arch, ver) for src in sources.values()}
+    gone = [f for f in cache.iterdir() if f.suffix in (".cubin", ".ptxas") and f.stem not in keep]
+    for f in gone:
+        f.unlink()
+    return len(gone)
+
+
 def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> dict[str, tuple[bytes, dict]]:
     """name -> (cubin, ptxas report of that function); cached by hash of source, flags, arch, nvcc."""
     cache.mkdir(parents=True, exist_ok=True)
@@ -65,7 +87,7 @@ def compile_all(sources: dict[str, str], cache: Path, arch: str, jobs: int) -> d
 
     def one(item):
         name, src = item
-        key = hashlib.sha256("\0".join([src, arch, " ".join(NVCC_FLAGS), ver]).encode()).hexdigest()[:24]
+        key = cache_key(src, arch, ver)
         cub, rep = cache / f"{key}.cubin", cache / f"{key}.ptxas"
         if not (cub.exists() and rep.exists()):
             with tempfile.TemporaryDirectory() as tmp:
@@ -94,7 +116,7 @@ class Driver:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # torch creates and makes current the primary context
         self._check(cu.cuInit(0))
-        self.modules, self.functions = {}, {}
+        self.modules, self.functions, self.smem_opt_in = {}, {}, {}
 
     def _check(self, res):
         err = res[0] if isinstance(res, tuple) else res
@@ -123,6 +145,10 @@ class Driver:
             else:
                 keep.append(np.array([a.data_ptr()], dtype=np.uint64))
         params = np.array([k.ctypes.data for k in keep], dtype=np.uint64)
+        if smem > 48 * 1024 and self.smem_opt_in.get(name, 0) < smem:  # dynamic shared memory above 48 KB: opt in
+            self._check(self.cu.cuFuncSetAttribute(
+                self.functions[name], self.cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem))
+            self.smem_opt_in[name] = smem
         self._check(self.cu.cuLaunchKernel(self.functions[name], *grid, *block, smem, self.stream(),
                                            params.ctypes.data, 0))
 
@@ -271,6 +297,112 @@ def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
                 if tc <= shape.C:
                     out.append(KernelConfig(th, tw, tc, threads, nt))
     return sorted(set(out))
+
+
+def _groups_feasible(shape: ConvShape, cfg: KernelConfig, g: int, max_threads: int = 512) -> bool:
+    """Whether a G-group block of `cfg` is one default_groups could propose (threads, registers, smem)."""
+    if g < 2 or g > emit.MAX_GROUPS or cfg.threads * g > max_threads:
+        return False
+    need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + emit.GROUP_REG_MARGIN
+    if emit.register_cap(cfg.threads * g, 1) < min(need, 255):
+        return False
+    try:
+        emit.check_groups(shape, cfg, g)
+    except ValueError:
+        return False
+    return True
+
+
+def groups_for(shape: ConvShape, batch: int, cfg: KernelConfig) -> int:
+    """emit.default_groups (G * tc >= C: no memset), else the largest feasible G of 8/4/2 (fewer
+    channel tiles, global atomics and memset kept), else 1."""
+    g = emit.default_groups(shape, batch, cfg)
+    if g > 1:
+        return g
+    for g in (8, 4, 2):
+        if g * cfg.tc < shape.C and _groups_feasible(shape, cfg, g):
+            return g
+    return 1
+
+
+def group_bench_candidates(shape: ConvShape, batch: int) -> list[tuple[KernelConfig, str, int]]:
+    """(config, loop, G) timed per layer by `bench --groups`: G = 1 on a small grid (tc 4/8 at batch 1,
+    8/16 at batch 8; run3's batch-1 winners added by the caller), and for tc 4/8/16 (8/16/32 at
+    batch > 1) the same tiles with G = groups_for (covering C where emit.default_groups can)."""
+    one_by_one = shape.R * shape.S == 1
+    tiles = [(4, 8), (7, 7)] if one_by_one or batch > 1 else [(4, 8), (4, 4)]
+    ntb = [(32, 1), (64, 1), (64, 2)] if shape.N <= 128 else [(128, 1), (64, 2)]
+    tcs1 = [4, 8] if batch == 1 else [8, 16]
+    tcsg = [4, 8, 16] if batch == 1 else [8, 16, 32]
+    out = []
+    for th, tw in tiles:
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        for threads, nt in ntb:
+            if threads * nt > max(shape.N, 32) or th * tw * nt > 112:
+                continue
+            for loop in emit.LOOPS:
+                for tc in tcs1:
+                    if tc < shape.C:
+                        out.append((KernelConfig(th, tw, tc, threads, nt), loop, 1))
+                for tc in tcsg:
+                    cfg = KernelConfig(th, tw, tc, threads, nt)
+                    if tc < shape.C and (g := groups_for(shape, batch, cfg)) > 1:
+                        out.append((cfg, loop, g))
+    return sorted(set(out))
+
+
+def group_check_items():
+    """G > 1 kernels on every distinct ResNet-50 conv shape (example_configs' tiles, tc 8 and 16, G from
+    groups_for), both loops at batch 1, the mask loop at batch 3; plus ragged / strided small shapes."""
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    items, seen = [], set()
+    shapes = net.conv_shapes() + [ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0))]
+    for sh in shapes:
+        base = emit.example_configs(sh)[0]
+        for tc in (4, 8, 16):
+            cfg = KernelConfig(base.th, base.tw, min(tc, sh.C), base.threads, base.nt)
+            g = groups_for(sh, 1, cfg)
+            if g == 1 or (sh, cfg) in seen or (tc == 4 and sh.C > 64):
+                continue
+            seen.add((sh, cfg))
+            for loop in emit.LOOPS:
+                items.append((emit.render_sparse(sh, 1, cfg, loop=loop, groups=g), sh, 1))
+            items.append((emit.render_sparse(sh, 3, cfg, groups=groups_for(sh, 3, cfg)), sh, 3))
+    return items
+
+
+def _group_of(name: str) -> int:
+    import re
+    m = re.search(r"_b\d+_g(\d+)", name)
+    return int(m.group(1)) if m else 1
+
+
+def groups_table(rows) -> str:
+    """Markdown: per layer, batch and level, the best G = 1 and the best G > 1 time (kernel), cuDNN."""
+    lines = ["| layer | B | sparsity | best G=1 µs | best G>1 µs | G>1 / G=1 | cuDNN FP32 µs | TF32 µs | G=1 kernel | G>1 kernel |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    ratios = {}
+    for r in rows:
+        one = [(t, n) for n, t in r["all_us"].items() if _group_of(n) == 1]
+        many = [(t, n) for n, t in r["all_us"].items() if _group_of(n) > 1]
+        t1, n1 = min(one) if one else (math.nan, "-")
+        tg, ng = min(many) if many else (math.nan, "-")
+        short = lambda n: n.split("_", 6)[-1] if n != "-" else n  # noqa: E731
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {t1:.1f} | {tg:.1f} | {tg / t1:.2f} | "
+                     f"{r['cudnn_fp32_us']:.1f} | {r['cudnn_tf32_us']:.1f} | {short(n1)} | {short(ng)} |")
+        if one and many:
+            ratios.setdefault((r["batch"], r["sparsity"]), []).append(tg / t1)
+    lines += ["", "| B | sparsity | geomean best G>1 / best G=1 | layers where G>1 wins |", "| --- | --- | --- | --- |"]
+    for (b, lv), xs in sorted(ratios.items()):
+        gm = math.exp(statistics.mean(math.log(x) for x in xs))
+        lines.append(f"| {b} | {lv} | {gm:.3f} | {sum(x < 1 for x in xs)}/{len(xs)} |")
+    return "\n".join(lines)
+
+
+def _parse_config(name: str) -> dict:
+    import re
+    m = re.search(r"_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)_b", name)
+    return dict(zip(("th", "tw", "tc", "threads", "nt"), map(int, m.groups())))
 
 
 def best_of(path: Path) -> dict[tuple[str, int], set[str]]:
@@ -449,6 +581,10 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--best-of", type=Path, default=None,
                     help="bench only the kernels that won in this earlier bench JSON (same names)")
+    ap.add_argument("--prune", action="store_true",
+                    help="compile: delete cache entries that none of this run's kernels uses")
+    ap.add_argument("--groups", action="store_true",
+                    help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
     if a.mode == "table":
         print(table(json.loads(a.json.read_text()), json.loads(a.before.read_text()) if a.before else None))
@@ -456,13 +592,29 @@ def main(argv=None):
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
-    items = check_items()
+    items = group_check_items() if a.groups else check_items()
     coo = coo_items()
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
-    bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
-                         for loop in emit.LOOPS] for _, sh in layers for b in batches}
+    if a.groups:
+        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
+        run3 = best_of(RUN3_JSON) if RUN3_JSON.exists() else {}
+        bench_k = {}
+        for _, sh in layers:
+            for b in batches:
+                ks = {}
+                for cfg, loop, g in group_bench_candidates(sh, b):
+                    k = emit.render_sparse(sh, b, cfg, loop=loop, groups=g)
+                    ks[k.name] = k
+                for name in run3.get((sh.tag(), b), ()):  # the current best G = 1 kernels, re-timed
+                    cfg = KernelConfig.from_dict(_parse_config(name))
+                    k = emit.render_sparse(sh, b, cfg, loop="switch" if name.endswith("_switch") else "mask")
+                    ks[k.name] = k
+                bench_k[(sh, b)] = list(ks.values())
+    else:
+        bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
+                             for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
         won = best_of(a.best_of)
         bench_k = {key: [k for k in ks if k.name in won.get((key[0].tag(), key[1]), set())]
@@ -478,6 +630,8 @@ def main(argv=None):
     print(f"compiled/cached {len(binaries)} kernels in {time.time() - t0:.1f}s; with spills/stack: {len(spills)}",
           flush=True)
     if a.mode == "compile":
+        if a.prune:
+            print(f"pruned {prune_cache(sources, a.cache, a.arch)} stale cache files")
         return 0
     import torch
     drv = Driver(torch)
@@ -514,6 +668,10 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
+        if a.groups:
+            result["groups_table"] = groups_table(rows)
+            (a.out / "groups_table.md").write_text(result["groups_table"] + "\n")
+            print(result["groups_table"])
         failed |= any(r["bad_kernels"] for r in rows)
         print(json.dumps(summary, indent=1))
     if a.mode != "sanitize":

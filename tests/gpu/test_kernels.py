@@ -54,3 +54,13 @@ def test_epilogue_matches_torch(driver, tmp_path_factory):
     _load(driver, {name: src}, tmp_path_factory)
     rows = ck.check_epilogue(torch, driver, log=lambda *_: None)
     assert rows and all(r["ok"] for r in rows), rows
+
+
+def test_group_split_kernels_match_torch(driver, tmp_path_factory):
+    """In-block channel split (G > 1): dynamic shared memory above 48 KB, no memset when G*tc >= C."""
+    items = ck.group_check_items()
+    assert any(len(k.steps) == 1 for k, *_ in items) and any(k.steps[-1]["smem"] > 48 * 1024 for k, *_ in items)
+    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
+    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
+    bad = [r for r in rows if not r["ok"]]
+    assert len(rows) == len(items) and not bad, bad[:5]
