@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import sys
 from dataclasses import dataclass
 
 from . import dispatch
@@ -48,23 +50,6 @@ class BodyUnsupported(RunError):
 
 # node types a conditional node's body graph may hold (CUDA programming guide, conditional graph nodes)
 _BODY_NODE_TYPES = ("KERNEL", "MEMSET", "MEMCPY", "EMPTY", "GRAPH", "CONDITIONAL")
-
-
-def device_launch_refusal(drv, graph) -> str | None:
-    """Why the driver refuses `graph` as a device-launched graph (what a conditional body is), or None.
-    A clone is instantiated with CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH and thrown away: the driver
-    validates there, cleanly, what it otherwise meets only when the whole forward pass is instantiated
-    (VGG-19 at batch 32 crashed the process in torch's capture_end: docs/graphs.md)."""
-    clone = check(drv.cuGraphClone(graph), "cuGraphClone")
-    try:
-        flag = int(drv.CUgraphInstantiate_flags.CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH)
-        err, exe = drv.cuGraphInstantiate(clone, flag)
-        if err != 0:
-            return getattr(err, "name", f"CUresult {int(err)}")
-        check(drv.cuGraphExecDestroy(exe), "cuGraphExecDestroy")
-        return None
-    finally:
-        check(drv.cuGraphDestroy(clone), "cuGraphDestroy")
 
 
 def body_nodes(drv, graph) -> list[tuple[object, str]]:
@@ -149,10 +134,7 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
             check(drv.cuStreamEndCapture(hside), "cuStreamEndCapture (SWITCH body)")
         nodes = body_nodes(drv, body_graph)
         bad = sorted({t for _, t in nodes if t not in _BODY_NODE_TYPES})
-        why = (f"recorded {', '.join(bad)} node(s), which a conditional body cannot hold" if bad else None)
-        if why is None and nodes:
-            refusal = device_launch_refusal(drv, body_graph)
-            why = f"is refused as a device-launched graph ({refusal})" if refusal else None
+        why = f"recorded {', '.join(bad)} node(s), which a conditional body cannot hold" if bad else None
         if why:
             # empty the body, so that the capture still ends and instantiates (it is thrown away)
             for nd, _ in nodes:
@@ -341,6 +323,12 @@ class GraphRunner:
 
     __call__ = forward
 
+    def _dot(self, g, path: str):
+        drv = self.device.drv
+        flags = int(drv.CUgraphDebugDot_flags.CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE)
+        check(drv.cuGraphDebugDotPrint(drv.CUgraph(g.raw_cuda_graph()), path.encode(), flags), "cuGraphDebugDotPrint")
+        print(f"snn: captured graph written to {path}", file=sys.stderr, flush=True)
+
     def capture_for(self, x) -> Capture | None:
         st = self._graphs.get((tuple(x.shape), x.dtype))
         return st.capture if st else None
@@ -364,12 +352,16 @@ class GraphRunner:
             ex.forward(static_x)
         cur.wait_stream(side)
         torch.cuda.synchronize()
+        dot = os.environ.get("SNN_GRAPH_DOT")  # debugging: the captured graph as DOT, before instantiation
         while True:
             cap = Capture(self, static_x.shape[0])
-            g = torch.cuda.CUDAGraph()
+            g = torch.cuda.CUDAGraph(keep_graph=True) if dot else torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(g):
                     out = ex.forward(static_x, capture=cap)
+                if dot:
+                    self._dot(g, f"{dot}.b{static_x.shape[0]}.dot")
+                    g.instantiate()
                 break
             except BodyUnsupported as e:  # capture again with that layer dense outside any SWITCH
                 if e.layer is None or e.layer in self.dense_layers:
