@@ -5,7 +5,10 @@ level (runtime/bench.py), and write into the manifest:
 - `levels[level]["measured_us"]`: the sparse kernel's median time (its steps: memset if any, launches);
   `levels[level]["dense_us"]`: cuDNN FP32 on the same inputs;
 - `threshold`: the lowest level from which the sparse kernel wins at that level and every higher one
-  (1.0 and `"never": true` in `calibration` when it never wins), `threshold_source: "calibrated"`.
+  (1.0 and `"never": true` in `calibration` when it never wins, or when it wins by less than a
+  decision on the device costs, dispatch.DECISION_COST_US, at its best level: `"decision_unpaid": true`),
+  `threshold_source: "calibrated"`;
+- `static_kernel`: see static_kernel() below.
 
 The epilogue (bias + ReLU + zero count) runs after the conv on both paths, so it is not part of
 either number (bench layers reports it). Identical shapes are measured once per batch. Progress is
@@ -66,18 +69,22 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
             if not pairs:
                 continue
             lowest = bench.lowest_winning_level(pairs)
-            entry["threshold"] = dispatch.NEVER if lowest is None else lowest
+            static = static_kernel(entry, pairs) if lowest is not None else None
+            # a decision that saves less than it costs at its best level is not taken: dense, no decision
+            unpaid = lowest is not None and static is None and max(d - s for s, d in pairs.values()) < \
+                dispatch.DECISION_COST_US
+            never = lowest is None or unpaid
+            entry["threshold"] = dispatch.NEVER if never else lowest
             entry["threshold_source"] = "calibrated"
-            static = static_kernel(entry, pairs)
             entry.pop("static_kernel", None)
             if static:
                 entry["static_kernel"] = static
-            entry["calibration"] = {"never": lowest is None, "levels_measured": len(pairs),
+            entry["calibration"] = {"never": never, "decision_unpaid": unpaid, "levels_measured": len(pairs),
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3),
                                     "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3),
                                     "static": static is not None}
             rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
-                         "threshold": entry["threshold"], "never": lowest is None, "static": static is not None})
+                         "threshold": entry["threshold"], "never": never, "static": static is not None})
     return rows
 
 

@@ -185,15 +185,15 @@ def test_apply_to_manifest_writes_measured_times_and_threshold():
         f"{l:.2f}": {"kernel": f"k{l}", "predicted_us": 1.0, "measured_us": None} for l in (0.5, 0.7, 0.9)}}}}
         for n in names]}
     tag = convs["features.12"].shape.tag()
-    meas = {calibrate.measurement_key(tag, 1, 0.5, "k0.5"): {"sparse_us": 12.0, "dense_us": 10.0},
-            calibrate.measurement_key(tag, 1, 0.7, "k0.7"): {"sparse_us": 9.0, "dense_us": 10.0},
-            calibrate.measurement_key(tag, 1, 0.9, "k0.9"): {"sparse_us": 5.0, "dense_us": 10.0}}
+    meas = {calibrate.measurement_key(tag, 1, 0.5, "k0.5"): {"sparse_us": 32.0, "dense_us": 30.0},
+            calibrate.measurement_key(tag, 1, 0.7, "k0.7"): {"sparse_us": 20.0, "dense_us": 30.0},
+            calibrate.measurement_key(tag, 1, 0.9, "k0.9"): {"sparse_us": 15.0, "dense_us": 30.0}}
     rows = calibrate.apply_to_manifest(data, meas, net)
     assert [(r["layer"], r["threshold"], r["never"]) for r in rows] == [("features.12", 0.7, False),
                                                                         ("features.14", 0.7, False)]
     e = data["layers"][1]["batches"]["1"]
-    assert e["threshold_source"] == "calibrated" and e["levels"]["0.90"]["measured_us"] == 5.0
-    assert e["levels"]["0.50"]["dense_us"] == 10.0
+    assert e["threshold_source"] == "calibrated" and e["levels"]["0.90"]["measured_us"] == 15.0
+    assert e["levels"]["0.50"]["dense_us"] == 30.0
     # another kernel name (a rebuild) is not covered by the old measurement
     data["layers"][0]["batches"]["1"]["levels"]["0.90"]["kernel"] = "k_new"
     data["layers"][0]["batches"]["1"]["threshold"] = 0.5
@@ -231,6 +231,11 @@ def test_static_kernel_only_where_deciding_cannot_pay():
     assert not static
     static, e = run({0.5: 20.0, 0.9: 19.0})            # a subset of levels that holds the lowest one
     assert static and e["static_kernel"] == "k0.5"
+    # wins only at 0.9, by 2 us: less than a decision costs, so no decision: dense, like never
+    static, e = run({0.5: 45.0, 0.7: 35.0, 0.9: 28.0})
+    assert not static and e["threshold"] == 1.0 and e["calibration"]["never"] and e["calibration"]["decision_unpaid"]
+    static, e = run({0.5: 45.0, 0.7: 35.0, 0.9: 15.0})  # by 15 us at 0.9: worth deciding
+    assert not static and e["threshold"] == 0.9 and not e["calibration"]["decision_unpaid"]
 
 
 def test_sidecar_read_tolerates_damage(tmp_path):
