@@ -802,10 +802,9 @@ def _replay_ms(env: Env, replay, reps: int = 30) -> float:
     return round(statistics.median(ts), 4)
 
 
-def kernel_sum(env: Env, fn, iters: int = 5) -> dict:
+def kernel_sum(torch, fn, iters: int = 5) -> dict:
     """GPU time of every kernel/memset/memcpy of one call of `fn`, from CUPTI through torch.profiler:
     what the graph replay would take with no gaps between its nodes (issue 8 compares the two)."""
-    torch = env.torch
     try:
         from torch.profiler import ProfilerActivity, profile
         fn()
@@ -893,7 +892,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                             rec["rel_err_snn_graph_vs_dense"] = _rel_err(torch, y_graph, dense.forward(sets[0]))
                             rec["graph_trace"] = _trace_rows(snn.last_trace)
                             replay = runner.replay_only(sets[0])
-                            rec["kernel_sum"] = kernel_sum(env, replay)
+                            rec["kernel_sum"] = kernel_sum(torch, replay)
                             rec["kernel_sum"]["replay_ms"] = _replay_ms(env, replay)
                             if "kernel_sum_ms" in rec["kernel_sum"]:
                                 rec["kernel_sum"]["replay_over_kernel_sum"] = round(

@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from codegen.spec import load_spec  # noqa: E402
 from runtime import executor, images, manifest, weights  # noqa: E402
+from runtime.bench import kernel_sum as _kernel_sum  # noqa: E402
 from runtime.cuda import Device  # noqa: E402
 from runtime.graph import GraphRunner  # noqa: E402
 from runtime.kernels import CudaBackend  # noqa: E402
@@ -47,24 +48,8 @@ def timed(fn, iters, warmup=3):
     return {"ms": a.elapsed_time(b) / iters, "host_ms": (time.perf_counter() - t0) * 1e3 / iters}
 
 
-def kernel_sum(fn, iters=5):
-    """GPU time of all device activities per call, from CUPTI (None if the profiler cannot say)."""
-    try:
-        from torch.profiler import ProfilerActivity, profile
-        fn()
-        torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                fn()
-            torch.cuda.synchronize()
-        total, count = 0.0, 0
-        for e in prof.events():
-            if getattr(e, "device_type", None) is not None and str(e.device_type).endswith("CUDA"):
-                total += e.time_range.elapsed_us()
-                count += 1
-        return {"kernel_sum_ms": total / 1e3 / iters, "activities_per_call": count / iters}
-    except Exception as e:  # profiler missing or CUPTI unavailable
-        return {"kernel_sum_error": f"{type(e).__name__}: {e}"}
+def kernel_sum(fn):
+    return _kernel_sum(torch, fn)
 
 
 def photos(folder, n):
