@@ -1108,7 +1108,8 @@ def summary_markdown(docs: list[dict]) -> str:
             static = sum(1 for r in rows if r.get("static"))
             th = [r["threshold"] for r in rows if not r["never"]]
             lines += [f"### {d['network']}", "", f"{len(rows)} layer/batch entries calibrated "
-                      f"(batches {', '.join(map(str, d['batches']))}); sparse never wins on {never}; "
+                      f"(batches {', '.join(map(str, d['batches']))}); kept dense on {never} (sparse never wins, or not by "
+                      f"what a decision costs); "
                       f"median threshold where it does: {_f(median(th))}; static (sparse at any sparsity, no "
                       f"decision on the device: it wins at every level and, extrapolated to a dense input, "
                       f"stays within {DECISION_COST_US:g} µs of cuDNN): {static}.", "",

@@ -40,8 +40,8 @@ class GraphUnavailable(RunError):
 
 
 class BodyUnsupported(RunError):
-    """A SWITCH body recorded a node a conditional body may not hold (the driver crashes on it at
-    instantiation instead of failing cleanly); `layer` is then captured dense, outside any SWITCH."""
+    """A SWITCH body recorded a node of a kind a conditional body may not hold (event record or wait,
+    host, memory alloc/free nodes); `layer` is then captured dense, outside any SWITCH."""
 
     def __init__(self, msg: str, layer: str | None = None):
         super().__init__(msg)
