@@ -96,14 +96,17 @@ def plot_e2e(docs: list[dict], out: str | Path) -> list[Path]:
         return []
     fig, axes = plt.subplots(1, 2 if energy else 1, figsize=(max(7, 1.1 * len(cats)) * (2 if energy else 1), 4.2),
                              squeeze=False)
+    # one colour per variant in both panels
+    names = sorted(set(speed) | set(energy), key=lambda k: (k != "snn", k))
+    colour = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(names)}
     ax = axes[0][0]
     w = 0.8 / max(1, len(speed))
     for i, (k, vals) in enumerate(sorted(speed.items())):
-        ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k)
+        ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k, color=colour[k])
     ax.axhline(1.0, color="k", lw=0.8)
     ax.set_xticks([c + 0.4 - w / 2 for c in range(len(cats))])
     ax.set_xticklabels(cats, fontsize=7)
-    ax.set_ylabel("dense time / snn time")
+    ax.set_ylabel("variant's time / snn's time (> 1: snn faster)")
     prof = {str(d.get("sparsity_profile")) for d in docs}
     ax.set_title("end to end: snn speedup" + (f" (sparsity profile {', '.join(sorted(prof))})"
                                                 if any(d.get("sparsity_profile") for d in docs) else ""), fontsize=9)
@@ -113,7 +116,7 @@ def plot_e2e(docs: list[dict], out: str | Path) -> list[Path]:
         ax = axes[0][1]
         w = 0.8 / len(energy)
         for i, (k, vals) in enumerate(sorted(energy.items(), key=lambda kv: (kv[0] != "snn", kv[0]))):
-            ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k)
+            ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k, color=colour[k])
         ax.set_xticks([c + 0.4 - w / 2 for c in range(len(cats))])
         ax.set_xticklabels(cats, fontsize=7)
         ax.set_yscale("log")
