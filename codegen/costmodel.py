@@ -34,7 +34,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import emit
+from . import kernel_rules as rules
 from .config import KernelConfig
 from .errors import UserError
 from .gpu import GPU
@@ -207,13 +207,13 @@ def config_space(shape: ConvShape) -> list[KernelConfig]:
     return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
 
 
-# The emitter's rules (emit.weight_ring_depth, emit.min_blocks, emit.register_cap, emit.chunk_channels)
+# The kernel's resource rules (kernel_rules.weight_ring_depth, min_blocks, register_cap, chunk_channels)
 # over whole arrays of configs; tests/test_costmodel.py checks they agree with the scalar functions.
 
 def _ring_depth(R, S, tc, threads, nt):
     """WD: the largest depth <= WEIGHT_RING_DEPTH and <= tc whose ring fits WEIGHT_RING_LIMIT, at least 1."""
     slot = R * S * threads * nt * 4
-    return np.maximum(1, np.minimum(np.minimum(emit.WEIGHT_RING_DEPTH, tc), emit.WEIGHT_RING_LIMIT // slot))
+    return np.maximum(1, np.minimum(np.minimum(rules.WEIGHT_RING_DEPTH, tc), rules.WEIGHT_RING_LIMIT // slot))
 
 
 def _register_cap(threads, blocks):
@@ -232,10 +232,10 @@ def _min_blocks(need, threads):
 
 def _chunk(npix, words, ring, tc):
     """KC: the largest divisor of tc, <= 32, whose tile + masks + ring fit STATIC_SMEM_LIMIT; 0 where none
-    does (emit.chunk_channels raises: the emitter cannot build the config)."""
+    does (kernel_rules.chunk_channels raises: the emitter cannot build the config)."""
     kc = np.zeros_like(tc)
     for k in range(1, 33):
-        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= emit.STATIC_SMEM_LIMIT)
+        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= rules.STATIC_SMEM_LIMIT)
         kc = np.where(fits, k, kc)
     return kc
 
@@ -246,7 +246,7 @@ def _kernel_params(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.nd
     words = -(-npix // 32)
     wd = _ring_depth(shape.R, shape.S, tc, threads, nt)
     ring = wd * shape.R * shape.S * threads * nt * 4
-    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + emit.REG_MARGIN, threads)
+    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + rules.REG_MARGIN, threads)
     return {"npix": npix, "words": words, "wd": wd, "ring": ring, "kc": _chunk(npix, words, ring, tc),
             "minb": minb, "reg_cap": _register_cap(threads, minb)}
 
@@ -264,11 +264,11 @@ def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int
     """(registers per thread, static shared bytes per block) of the kernel emit.render_sparse writes
     for `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
     KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring.
-    Raises ValueError where the emitter cannot build the config (as emit.chunk_channels does)."""
+    Raises ValueError where the emitter cannot build the config (as kernel_rules.chunk_channels does)."""
     regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
     if not ok:
         raise ValueError(f"{config.tag()}: the emitter cannot build it for {shape.tag()} (tile and ring over "
-                         f"{emit.STATIC_SMEM_LIMIT} B of shared memory)")
+                         f"{rules.STATIC_SMEM_LIMIT} B of shared memory)")
     return int(regs), int(smem)
 
 
@@ -341,7 +341,7 @@ def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
     warps = -(-tab["threads"] // gpu.warp_size)
     # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
     # so kernels may use static shared memory and the runtime needs no opt-in call.
-    # and only what the emitter can build (emit.chunk_channels finds a channel chunk that fits)
+    # and only what the emitter can build (kernel_rules.chunk_channels finds a channel chunk that fits)
     feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block) & tab["buildable"]
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 

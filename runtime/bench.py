@@ -709,7 +709,6 @@ def _torchvision_model(env: Env, net: Network, sd: dict):
 
 def _time_forward(env: Env, fn, inputs, reps, warmup) -> list[float]:
     """Wall time of whole forward passes (ms): the host's part counts, as it does for a user."""
-    torch = env.torch
     for i in range(warmup):
         fn(inputs[i % len(inputs)])
     env.sync()

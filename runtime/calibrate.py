@@ -166,7 +166,6 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
         timer = bench.Timer(env, reps, warmup)
         rng = np.random.default_rng(seed)
         perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
-        F = torch.nn.functional
         with (bar(len(todo)) if bar else contextlib.nullcontext()) as progress, torch.inference_mode():
             last_rep = None
             for g, b, lv, kernel in todo:

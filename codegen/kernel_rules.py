@@ -1,0 +1,106 @@
+"""The sparse convolution kernel's resource rules: how much shared memory its tile, masks and weight
+ring take, how many channels it stages at once, its register cap and the in-block channel split's
+layout. Pure functions of (shape, config): codegen/emit.py renders with them and codegen/costmodel.py
+estimates with them (over whole arrays of configs), so the planner never imports the emitter.
+"""
+from __future__ import annotations
+
+import math
+
+from .config import KernelConfig
+from .spec import ConvShape
+
+STATIC_SMEM_LIMIT = 40 * 1024  # keep the staged tile under the 48 KB static limit with room to spare
+WEIGHT_RING_LIMIT = 20 * 1024  # the per-thread weight ring takes at most this much of STATIC_SMEM_LIMIT
+WEIGHT_RING_DEPTH = 4          # channels of weights in flight (cp.async) while one is used; 16 (with a
+                               # 24 KB ring) measured slower at both batch 1 and 32 (docs/perf-notes.md, v3)
+
+
+def weight_ring_depth(shape: ConvShape, cfg: KernelConfig) -> int:
+    """WD: channels of weights the kernel keeps in flight, <= WEIGHT_RING_DEPTH and <= tc (tc <= WD:
+    all of a block's weights are requested at once, with its input), ring within WEIGHT_RING_LIMIT
+    (at least 1: a 7x7 filter for 128 output channels takes 25 KB a slot)."""
+    slot = shape.R * shape.S * cfg.threads * cfg.nt * 4
+    depth = min(WEIGHT_RING_DEPTH, cfg.tc)
+    while depth > 1 and depth * slot > WEIGHT_RING_LIMIT:
+        depth -= 1
+    return depth
+
+
+REG_MARGIN = 120  # registers beyond accumulators and one channel's taps: addresses, masks, loop state (80 spilled)
+
+
+def register_cap(threads: int, blocks: int) -> int:
+    """Registers per thread ptxas allows for `blocks` resident blocks: each of the SM's 4 schedulers
+    owns a quarter of the 64 K registers and whole warps (seen in ptxas: 9 one-warp blocks give 168)."""
+    warps_per_quadrant = -(-(threads // 32) * blocks // 4)
+    return min(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
+
+
+def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
+    """Second __launch_bounds__ argument: the most blocks whose register cap still covers what the
+    tile needs (accumulators + one channel's taps + REG_MARGIN), so more blocks fit on an SM;
+    with 1, ptxas took up to 254 registers for tiles needing ~160. A block of `groups` warp-groups
+    has threads * groups threads."""
+    need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_MARGIN
+    blocks = 1
+    while blocks < 32 and register_cap(cfg.threads * groups, blocks + 1) >= min(need, 255):
+        blocks += 1
+    return blocks
+
+
+def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT) -> int:
+    """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
+    fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget)."""
+    ih, iw = cfg.in_tile(shape)
+    npix = ih * iw
+    words = math.ceil(npix / 32)
+    ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt * 4
+    for kc in range(min(cfg.tc, 32), 0, -1):
+        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= budget:
+            return kc
+    raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
+
+
+# ---------------------------------------------------------------- in-block channel split (groups)
+
+MAX_GROUPS = 15                 # named barriers 1..15 (0 is __syncthreads)
+DYNAMIC_SMEM_LIMIT = 200 * 1024  # of the H100's 227 KB per block, for G > 1 (dynamic shared memory)
+GROUP_MAX_THREADS = 1024
+GROUP_REG_MARGIN = 56           # registers beyond accumulators + taps that a G > 1 kernel needs at most
+                                # to stay spill-free (ptxas: ~30-50 used at G = 1 beyond acc + taps)
+
+
+def group_budget(groups: int) -> int:
+    """Shared bytes one warp-group's tile + masks + ring may take: the static budget of G = 1, less
+    where G of them would not fit DYNAMIC_SMEM_LIMIT."""
+    return STATIC_SMEM_LIMIT if groups == 1 else min(STATIC_SMEM_LIMIT, DYNAMIC_SMEM_LIMIT // groups)
+
+
+def _pad4(n: int) -> int:
+    return -(-n // 4) * 4
+
+
+def group_layout(shape: ConvShape, cfg: KernelConfig, groups: int) -> dict:
+    """Floats of one warp-group's region of dynamic shared memory ([xs | masks | ring], each 16-byte
+    aligned), of the reduction buffer [G][TH*TW][NB] (aliasing the regions once every group is done),
+    and the dynamic shared bytes of the launch."""
+    ih, iw = cfg.in_tile(shape)
+    npix = ih * iw
+    kc = chunk_channels(shape, cfg, group_budget(groups))
+    xs = _pad4(npix * kc)
+    masks = _pad4(kc * math.ceil(npix / 32))
+    ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt
+    region = xs + masks + _pad4(ring)
+    red = groups * cfg.th * cfg.tw * cfg.threads * cfg.nt
+    return dict(KC=kc, XS_FLOATS=xs, MASK_FLOATS=masks, GROUP_FLOATS=region, RED_FLOATS=red,
+                SMEM=4 * max(groups * region, red))
+
+
+def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
+    if not 1 <= groups <= MAX_GROUPS:
+        raise ValueError(f"groups must be in [1, {MAX_GROUPS}] (named barriers)")
+    if cfg.threads * groups > GROUP_MAX_THREADS:
+        raise ValueError(f"{cfg.tag()}: {groups} groups x {cfg.threads} threads > {GROUP_MAX_THREADS}")
+    if groups > 1 and group_layout(shape, cfg, groups)["SMEM"] > DYNAMIC_SMEM_LIMIT:
+        raise ValueError(f"{cfg.tag()}: {groups} groups need more than {DYNAMIC_SMEM_LIMIT} bytes of shared memory")
