@@ -63,7 +63,7 @@ def _stage(x, b, h0, w0, c0, g):
 def _group_partial(x, w_crsn, shape, g, pix, b, h0, w0, c_begin, c_end, width):
     """The accumulators of one warp-group (the whole block when G = 1) walking channels
     [c_begin, c_end) in chunks of KC staged from c_begin (channels past C are zero-filled)."""
-    TH, TW, TC, KC, N = g["TH"], g["TW"], g["TC"], g["KC"], g["N"]
+    TH, TW, KC, N = g["TH"], g["TW"], g["KC"], g["N"]
     acc = np.zeros((TH, TW, width))
     for c0 in range(c_begin, c_end, KC):
         xs = _stage(x, b, h0, w0, c0, g)

@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import ctypes
 import hashlib
 import json
 import math
 import os
-import shutil
 import statistics
 import subprocess
 import sys
