@@ -16,30 +16,22 @@ class KernelConfig:
     tc       input channels per block (channel tile); partial sums across channel tiles meet in atomics
     threads  threads per block; thread t handles output channels n0 + t + k*threads, k < nt
     nt       output channels per thread (coarsening along N)
-    groups   warp-groups per block (the in-block channel split, docs/kernels.md): each walks its own
-             tc channels; the block covers groups * tc channels and reduces them in shared memory
     """
     th: int
     tw: int
     tc: int
     threads: int
     nt: int = 1
-    groups: int = 1
 
     def tag(self) -> str:
-        return f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}" + (f"g{self.groups}" if self.groups > 1 else "")
+        return f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
 
     def name(self, shape: ConvShape, batch: int) -> str:
-        """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1
-        (+ _g<G> with groups, as emit.kernel_name writes it)."""
-        base = f"sconv_{shape.tag()}_th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}_b{batch}"
-        return base + (f"_g{self.groups}" if self.groups > 1 else "")
+        """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
+        return f"sconv_{shape.tag()}_{self.tag()}_b{batch}"
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        if self.groups == 1:  # manifests and plans written before groups existed read the same
-            del d["groups"]
-        return d
+        return asdict(self)
 
     # Geometry that follows from the config and the layer shape.
     def channels_per_block(self) -> int:
@@ -52,7 +44,7 @@ class KernelConfig:
     def grid(self, shape: ConvShape, batch: int) -> dict[str, int]:
         """How many tiles of each kind cover the layer (per image for the spatial ones)."""
         return {"tiles_h": math.ceil(shape.P / self.th), "tiles_w": math.ceil(shape.Q / self.tw),
-                "tiles_c": math.ceil(shape.C / (self.tc * self.groups)),
+                "tiles_c": math.ceil(shape.C / self.tc),
                 "tiles_n": math.ceil(shape.N / self.channels_per_block()), "batch": batch}
 
     def num_blocks(self, shape: ConvShape, batch: int) -> int:
@@ -60,4 +52,4 @@ class KernelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
-        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")}, groups=int(d.get("groups", 1)))
+        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")})

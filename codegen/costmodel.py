@@ -52,10 +52,6 @@ THREADS = tuple(range(32, 257, 32))
 NT = (1, 2, 4)
 TC_MAX = 512
 N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
-# In-block channel split (kernel_rules, docs/kernels.md): offered for 1x1 convs only, where it measured
-# 25-36 % faster at batch 1 (docs/perf-notes.md, v4); 3x3 layers lost 3-10 % at batch 1 there.
-GROUPS = (2, 4, 8)
-GROUP_BLOCK_THREADS = 512  # threads * groups per block
 
 # ---- resource estimate (fitted to ptxas: docs/costmodel.md, "Resource estimate") ---------------
 REG_BASE = 26              # registers beyond accumulators and one channel's taps: addresses, masks,
@@ -202,22 +198,13 @@ def _space(shape: ConvShape) -> dict[str, np.ndarray]:
     threads = np.array([c[0] for c in chans], dtype=np.int64)[ch]
     nt = np.array([c[1] for c in chans], dtype=np.int64)[ch]
     keep = th * tw * nt <= ACC_MAX
-    sp = {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep]}
-    sp["groups"] = np.ones_like(sp["th"])
-    if shape.R == 1 and shape.S == 1:  # each config also with G warp-groups, where every group has channels
-        variants = [sp]
-        for g in GROUPS:
-            ok = (sp["threads"] * g <= GROUP_BLOCK_THREADS) & ((g - 1) * sp["tc"] < shape.C)
-            variants.append({k: (np.full(int(ok.sum()), g, dtype=np.int64) if k == "groups" else v[ok])
-                             for k, v in sp.items()})
-        sp = {k: np.concatenate([v[k] for v in variants]) for k in sp}
-    return sp
+    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep]}
 
 
 def config_space(shape: ConvShape) -> list[KernelConfig]:
     """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
     sp = _space(shape)
-    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["groups"])]
+    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
 
 
 # The kernel's resource rules (kernel_rules.weight_ring_depth, min_blocks, register_cap, chunk_channels)
@@ -243,58 +230,42 @@ def _min_blocks(need, threads):
     return blocks
 
 
-def _chunk(npix, words, ring, tc, budget=rules.STATIC_SMEM_LIMIT):
-    """KC: the largest divisor of tc, <= 32, whose tile + masks + ring fit `budget` (kernel_rules.group_budget);
-    0 where none does (kernel_rules.chunk_channels raises: the emitter cannot build the config)."""
+def _chunk(npix, words, ring, tc):
+    """KC: the largest divisor of tc, <= 32, whose tile + masks + ring fit STATIC_SMEM_LIMIT; 0 where none
+    does (kernel_rules.chunk_channels raises: the emitter cannot build the config)."""
     kc = np.zeros_like(tc)
     for k in range(1, 33):
-        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= budget)
+        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= rules.STATIC_SMEM_LIMIT)
         kc = np.where(fits, k, kc)
     return kc
 
 
-def _kernel_params(shape: ConvShape, th, tw, tc, threads, nt, groups=1) -> dict[str, np.ndarray]:
-    """NPIX, NWORDS, WD, KC (0: not buildable), MINB and the register cap of the emitted kernel
-    (a block of `groups` warp-groups has threads * groups threads)."""
+def _kernel_params(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+    """NPIX, NWORDS, WD, KC (0: not buildable), MINB and the register cap of the emitted kernel."""
     npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
     words = -(-npix // 32)
     wd = _ring_depth(shape.R, shape.S, tc, threads, nt)
     ring = wd * shape.R * shape.S * threads * nt * 4
-    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + rules.REG_MARGIN, threads * groups)
-    budget = np.where(groups == 1, rules.STATIC_SMEM_LIMIT,
-                      np.minimum(rules.STATIC_SMEM_LIMIT, rules.DYNAMIC_SMEM_LIMIT // groups))
-    return {"npix": npix, "words": words, "wd": wd, "ring": ring, "kc": _chunk(npix, words, ring, tc, budget),
-            "minb": minb, "reg_cap": _register_cap(threads * groups, minb)}
+    minb = _min_blocks(th * tw * nt + shape.R * shape.S * nt + rules.REG_MARGIN, threads)
+    return {"npix": npix, "words": words, "wd": wd, "ring": ring, "kc": _chunk(npix, words, ring, tc),
+            "minb": minb, "reg_cap": _register_cap(threads, minb)}
 
 
-def _pad4(n):
-    return -(-n // 4) * 4
-
-
-def _resources(shape: ConvShape, th, tw, tc, threads, nt, groups=1):
-    """(registers, shared bytes, buildable) of the emitted kernel, as arrays: static shared memory when
-    groups = 1, else the dynamic bytes of kernel_rules.group_layout (G regions or the reduction buffer)."""
-    groups = np.broadcast_to(np.asarray(groups, dtype=np.int64), np.shape(th))
-    k = _kernel_params(shape, th, tw, tc, threads, nt, groups)
+def _resources(shape: ConvShape, th, tw, tc, threads, nt):
+    """(registers, static smem, buildable) of the emitted kernel, as arrays."""
+    k = _kernel_params(shape, th, tw, tc, threads, nt)
     regs = np.minimum(th * tw * nt + shape.R * shape.S * nt + REG_BASE, k["reg_cap"])
     tile = k["npix"] * k["kc"] * 4 + k["kc"] * k["words"] * 4            # xs[NPIX*KC] + masks[KC*NWORDS]
-    static = -(-tile // SMEM_ALIGN) * SMEM_ALIGN + k["ring"]             # + wring[WD*RS*NT*THREADS]
-    region = _pad4(k["npix"] * k["kc"]) + _pad4(k["kc"] * k["words"]) + _pad4(k["ring"] // 4)
-    dynamic = 4 * np.maximum(groups * region, groups * th * tw * threads * nt)
-    smem = np.where(groups == 1, static, dynamic)
-    ok = (k["kc"] > 0) & ((groups == 1) | ((threads * groups <= rules.GROUP_MAX_THREADS)
-                                           & (groups <= rules.MAX_GROUPS) & (dynamic <= rules.DYNAMIC_SMEM_LIMIT)))
-    return regs, smem, ok
+    smem = -(-tile // SMEM_ALIGN) * SMEM_ALIGN + k["ring"]               # + wring[WD*RS*NT*THREADS]
+    return regs, smem, k["kc"] > 0
 
 
 def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
-    """(registers per thread, shared bytes per block) of the kernel emit.render_sparse writes for
-    `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
-    KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring
-    (static); with groups > 1 the dynamic bytes of kernel_rules.group_layout.
+    """(registers per thread, static shared bytes per block) of the kernel emit.render_sparse writes
+    for `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
+    KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring.
     Raises ValueError where the emitter cannot build the config (as kernel_rules.chunk_channels does)."""
-    regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt,
-                                                                config.groups)))
+    regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
     if not ok:
         raise ValueError(f"{config.tag()}: the emitter cannot build it for {shape.tag()} (tile and ring over "
                          f"{rules.STATIC_SMEM_LIMIT} B of shared memory)")
@@ -317,27 +288,25 @@ def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple
     return tiles, real_in, int(hit.sum()), int(hit[:n_out].sum())
 
 
-def _table(shape: ConvShape, th, tw, tc, threads, nt, groups=1) -> dict[str, np.ndarray]:
+def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
     """Per config (parallel arrays): block counts, per-block averages and the resource estimate;
-    nothing here depends on the GPU, the batch or the level. tc and tc_avg are per warp-group."""
+    nothing here depends on the GPU, the batch or the level."""
     th, tw, tc, threads, nt = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (th, tw, tc, threads, nt))
-    groups = np.broadcast_to(np.asarray(groups, dtype=np.int64).reshape(-1), th.shape).copy()
     rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(th).tolist()}
     cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(tw).tolist()}
     r = np.array([rows[t] for t in th.tolist()], dtype=np.float64).reshape(-1, 4)
     c = np.array([cols[t] for t in tw.tolist()], dtype=np.float64).reshape(-1, 4)
     cpb = threads * nt
-    tiles_c = -(-shape.C // (tc * groups))
+    tiles_c = -(-shape.C // tc)
     tiles_n = -(-shape.N // cpb)
     tiles_sp = r[:, 0] * c[:, 0]
-    regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt, groups)
+    regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt)
     npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
     return {
-        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb, "groups": groups,
-        "bthreads": threads * groups,
+        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
         "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
         "blocks_per_image": tiles_sp * tiles_c * tiles_n,
-        "tc_avg": shape.C / (tiles_c * groups),
+        "tc_avg": shape.C / tiles_c,
         # stored inputs per block and input channel at density 1: halo included, padding not stored
         "in_sp": r[:, 1] * c[:, 1] / tiles_sp,
         # (output, tap) pairs per block and input channel at density 1, over the whole register tile
@@ -351,30 +320,29 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt, groups=1) -> dict[str, np.
 @lru_cache(maxsize=4096)
 def _space_table(shape: ConvShape) -> dict[str, np.ndarray]:
     sp = _space(shape)
-    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["groups"])
+    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])
 
 
 def _config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
-    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.groups)
+    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt)
 
 
 def _configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
-    return [KernelConfig(int(tab["th"][i]), int(tab["tw"][i]), int(tab["tc"][i]), int(tab["threads"][i]), int(tab["nt"][i]),
-                         int(tab["groups"][i])) for i in idx]
+    return [KernelConfig(int(tab["th"][i]), int(tab["tw"][i]), int(tab["tc"][i]), int(tab["threads"][i]), int(tab["nt"][i]))
+            for i in idx]
 
 
 # =================================================================================================
 # Stage 0 + 1: what launches, and occupancy
 
 def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
-    lim = block_limits(gpu, tab["bthreads"], tab["regs"], tab["smem"])
+    lim = block_limits(gpu, tab["threads"], tab["regs"], tab["smem"])
     bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
-    warps = -(-tab["bthreads"] // gpu.warp_size)
-    # One warp-group per block stays within the 48 KiB every GPU grants without an opt-in (static shared
-    # memory); several use dynamic shared memory up to the GPU's opt-in limit (the runtime opts in);
+    warps = -(-tab["threads"] // gpu.warp_size)
+    # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
+    # so kernels may use static shared memory and the runtime needs no opt-in call.
     # and only what the emitter can build (kernel_rules.chunk_channels finds a channel chunk that fits)
-    smem_cap = np.where(tab["groups"] == 1, gpu.smem_per_block, gpu.smem_per_block_optin)
-    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= smem_cap) & tab["buildable"]
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block) & tab["buildable"]
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
@@ -460,8 +428,6 @@ def _time_pipes(shape: ConvShape, gpu: GPU, tab: dict, batch: int, density: floa
            + nnz * BYTES_PER_NNZ / 4                            # staging the input tile into shared memory
            + tc_avg * shape.R * shape.S * cpb                   # staging the weights
            + cpb * th * tw)                                     # the atomics
-    g = tab["groups"][idx]  # a block's warp-groups each do one group's work side by side
-    fma, alu, lsu = fma * g, alu * g, lsu * g
     c_blk = np.maximum(alu / gpu.fp32_lanes_per_sm, lsu / SMEM_LANES_PER_SM) / (gpu.boost_clock_mhz * 1e6)
     tr, dram, t_mem = _memory(shape, gpu, tab, batch, density, idx)
     m_blk = t_mem / num_blk
@@ -492,10 +458,10 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     tc_avg = tab["tc_avg"][idx]
     bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
     num_blk = batch * tab["blocks_per_image"][idx]                  # Eq. 3, times B, with N tiles
-    blk_wave = np.round(gpu.max_threads * oc / tab["bthreads"][idx])  # Eq. 5 (= SMs x blocks per SM)
+    blk_wave = np.round(gpu.max_threads * oc / threads)             # Eq. 5 (= SMs x blocks per SM)
     waves = np.ceil(num_blk / blk_wave)                             # Eq. 4, the right way up
     if model == "paper":
-        flops_blk = 2.0 * th * tw * tab["tc"][idx] * tab["groups"][idx] * shape.R * shape.S * cpb * density  # Eq. 6, R*S
+        flops_blk = 2.0 * th * tw * tab["tc"][idx] * shape.R * shape.S * cpb * density  # Eq. 6 with R*S
         flops_wave = blk_wave * flops_blk                                               # Eq. 7
         time_wave = flops_wave / (gpu.peak_fp32_flops * oc)                             # Eq. 8
         return {"predicted_us": time_wave * waves * 1e6,                                # Eq. 9
@@ -540,8 +506,7 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
             "latency_bound": lat >= bps * ins / ISSUE_PER_SM,
             "memory_us": t_mem * 1e6, "dram_bytes": dram, "l2_bytes": tr["l2_bytes"],
             "atomic_us": tr["atomic_l2"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6, "n_atomics": tr["n_atomics"],
-            "fmas": cpb * tab["pairs_sp"][idx] * tc_avg * tab["groups"][idx] * density * num_blk,
-            "edge_waste": tab["edge_waste"][idx]}
+            "fmas": cpb * tab["pairs_sp"][idx] * tc_avg * density * num_blk, "edge_waste": tab["edge_waste"][idx]}
 
 
 # =================================================================================================

@@ -13,7 +13,7 @@ with the NumPy mirror in codegen/reference.py so both do the same index arithmet
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -125,14 +125,15 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 # ---------------------------------------------------------------- renderers
 
 
-def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int | None = None) -> str:
-    groups = cfg.groups if groups is None else groups
-    base = replace(cfg, groups=groups).name(shape, batch)
+def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1) -> str:
+    base = cfg.name(shape, batch)
+    if groups > 1:
+        base = f"{base}_g{groups}"
     return base if loop == "mask" else f"{base}_{loop}"
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int | None = None) -> EmittedKernel:
+                  groups: int = 1) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -141,12 +142,10 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     groups: G warp-groups per block (block [threads, G, 1]) split the block's G * tc channels, each
     walking its tc with its own tile, masks and weight ring (dynamic shared memory), then reduce
     through shared memory; no memset and no global atomics when G * tc >= C. G = 1 is the classic
-    kernel (same source as before groups existed). None: the config's own `groups`.
+    kernel (same source as before groups existed).
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
-    groups = config.groups if groups is None else groups
-    config = replace(config, groups=1)  # the per-group tile; groups travel separately below
     check_config(shape, config)
     check_groups(shape, config, groups)
     g = geometry(shape, batch, config, groups)

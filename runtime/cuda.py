@@ -107,20 +107,14 @@ class Device:
             self._functions[key] = fn
         return key, fn
 
-    def allow_smem(self, cubin: str | Path, name: str, smem: int):
-        """Opt `name` in to `smem` bytes of dynamic shared memory where that is over the default 48 KB
-        (once per function); returns (key, function)."""
+    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args) -> None:
+        """Launch `name` on torch's current stream; args are (value, ctypes type) pairs."""
         key, fn = self.function(cubin, name)
         if smem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(key, 0) < smem:
             check(self.drv.cuFuncSetAttribute(
                 fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
                 f"allowing {smem} bytes of shared memory for '{name}'")
             self._smem_opt_in[key] = smem
-        return key, fn
-
-    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args) -> None:
-        """Launch `name` on torch's current stream; args are (value, ctypes type) pairs."""
-        key, fn = self.allow_smem(cubin, name, smem)
         vals = [t(v) for v, t in args]
         ptrs = (ctypes.c_void_p * max(1, len(vals)))(*[ctypes.addressof(v) for v in vals])
         stream = self.drv.CUstream(self._torch.cuda.current_stream().cuda_stream)

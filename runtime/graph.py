@@ -192,8 +192,8 @@ class Capture:
                 ex._weight_in(name, kentry.get("weight_layout", "NCRS"))
                 ex._workspace(k, kentry)
                 for step in kentry["steps"]:
-                    if step.get("op") == "launch":  # loaded, and opted in to its shared memory, before capture
-                        dev.allow_smem(kentry["cubin"], step["function"], int(step.get("smem", 0)))
+                    if step.get("op") == "launch":
+                        dev.function(kentry["cubin"], step["function"])
         self.side = torch.cuda.Stream()
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
