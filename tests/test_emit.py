@@ -2,15 +2,12 @@
 import os
 import re
 import shutil
-import subprocess
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from nvcc_units import compile_units
 
 from codegen import emit
-from codegen.ptxas import parse_ptxas
 from codegen.config import KernelConfig
 from codegen.spec import ConvShape, load_spec
 
@@ -104,24 +101,7 @@ def test_resnet50_kernels_compile_without_spills():
     sources = [k.source for k in kernels] + [epi[1]]
     names = {k.name for k in kernels} | {epi[0]}
     assert len(names) == len(sources)
-    jobs = max(1, min(16, os.cpu_count() or 1))
-    # several kernels per translation unit (each template #undefs its constants), one unit per core,
-    # balanced longest-first by source length (a proxy for ptxas time: the unrolled pixel bodies)
-    units = [[] for _ in range(jobs)]
-    for src in sorted(sources, key=len, reverse=True):
-        min(units, key=lambda u: sum(map(len, u))).append(src)
-    with tempfile.TemporaryDirectory() as tmp:
-        def compile_unit(i):
-            cu = Path(tmp) / f"unit{i}.cu"
-            cu.write_text("\n".join(units[i]))
-            r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v",
-                                str(cu), "-o", str(cu.with_suffix(".cubin"))], capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr[-3000:]
-            return {n: f.to_dict() for n, f in parse_ptxas(r.stderr).items()}
-        report = {}
-        with ThreadPoolExecutor(os.cpu_count() or 1) as ex:
-            for part in ex.map(compile_unit, range(jobs)):
-                report.update(part)
+    report = compile_units(sources, max(1, min(16, os.cpu_count() or 1)))
     assert set(report) == names
     bad = {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
     assert not bad, f"kernels with stack or spills: {bad}"

@@ -3,18 +3,14 @@ the split against a float64 conv, nvcc (0 spills / 0 stack), and G = 1 unchanged
 import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import pytest
+from nvcc_units import compile_units
 
 from codegen import emit
 from codegen import reference as ref
 from codegen.config import KernelConfig
-from codegen.ptxas import parse_ptxas
 from codegen.spec import ConvShape
 
 
@@ -134,22 +130,7 @@ def test_group_kernels_compile_without_spills():
     kernels = group_kernels()
     names = {k.name for k in kernels}
     assert len(names) == len(kernels)
-    jobs = max(1, min(8, os.cpu_count() or 1))
-    units = [[] for _ in range(jobs)]
-    for k in sorted(kernels, key=lambda k: len(k.source), reverse=True):
-        min(units, key=lambda u: sum(map(len, u))).append(k.source)
-    with tempfile.TemporaryDirectory() as tmp:
-        def compile_unit(i):
-            cu = Path(tmp) / f"unit{i}.cu"
-            cu.write_text("\n".join(units[i]))
-            r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v",
-                                str(cu), "-o", str(cu.with_suffix(".cubin"))], capture_output=True, text=True)
-            assert r.returncode == 0, r.stderr[-3000:]
-            return {n: f.to_dict() for n, f in parse_ptxas(r.stderr).items()}
-        report = {}
-        with ThreadPoolExecutor(jobs) as ex:
-            for part in ex.map(compile_unit, range(jobs)):
-                report.update(part)
+    report = compile_units([k.source for k in kernels], max(1, min(8, os.cpu_count() or 1)))
     assert set(report) == names
     bad = {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
     assert not bad, f"kernels with stack or spills: {bad}"

@@ -1,0 +1,29 @@
+"""Compile many kernel sources with nvcc for sm_90 in a few translation units, in parallel, and return
+ptxas' report per function (tests only; codegen/build.py is the real build)."""
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from codegen.ptxas import parse_ptxas
+
+
+def compile_units(sources: list[str], jobs: int) -> dict[str, dict]:
+    """Several kernels per unit (each template #undefs its constants), `jobs` units compiled at once,
+    balanced longest-first by source length (a proxy for ptxas time: the unrolled pixel bodies)."""
+    units = [[] for _ in range(jobs)]
+    for src in sorted(sources, key=len, reverse=True):
+        min(units, key=lambda u: sum(map(len, u))).append(src)
+    with tempfile.TemporaryDirectory() as tmp:
+        def compile_unit(i):
+            cu = Path(tmp) / f"unit{i}.cu"
+            cu.write_text("\n".join(units[i]))
+            r = subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-Xptxas", "-v",
+                                str(cu), "-o", str(cu.with_suffix(".cubin"))], capture_output=True, text=True)
+            assert r.returncode == 0, r.stderr[-3000:]
+            return {n: f.to_dict() for n, f in parse_ptxas(r.stderr).items()}
+        report = {}
+        with ThreadPoolExecutor(jobs) as ex:
+            for part in ex.map(compile_unit, range(jobs)):
+                report.update(part)
+    return report
