@@ -768,24 +768,6 @@ def _trace_rows(trace) -> list[dict]:
             for t in trace]
 
 
-class _GraphForward:
-    """An executor's forward as one CUDA graph (runtime/graph.py), captured here for `example`'s shape."""
-
-    def __init__(self, ex, example):
-        from .cuda import Device
-        from .graph import GraphRunner
-        self.runner = GraphRunner(ex, Device())
-        self.runner.forward(example)
-
-    def __call__(self, x):
-        return self.runner.forward(x)
-
-    def replay_only(self, x):
-        st = self.runner._graphs[(tuple(x.shape), x.dtype)]
-        st.x.copy_(x)
-        return st.graph.replay
-
-
 def _replay_ms(env: Env, replay, reps: int = 30) -> float:
     """Median GPU time of one graph replay (CUDA events), the number kernel_sum is compared with."""
     torch = env.torch
@@ -880,17 +862,19 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                 # issue 8: snn is the whole forward as one CUDA graph with device-side dispatch; the eager
                 # path (host dispatch) and the dense executor graphed are kept beside it
                 plan = [("snn_eager", snn.forward, sets, False), ("dense_exec_fp32", dense.forward, sets, False)]
+                from .cuda import Device
+                from .graph import GraphRunner
                 for name, ex in (("snn", snn), ("dense_exec_fp32_graph", dense)):
                     try:
-                        runner = _GraphForward(ex, sets[0])
+                        runner = GraphRunner(ex, Device())
+                        y_graph = runner(sets[0])  # captures for this batch size
                         plan.insert(0 if name == "snn" else len(plan), (name, runner, sets, False))
-                        if runner.runner.notes:
-                            rec["notes"][name + "_dense_layers"] = list(runner.runner.notes)
+                        if runner.notes:
+                            rec["notes"][name + "_dense_layers"] = list(runner.notes)
                         if name == "snn":
-                            y_graph = runner(sets[0])
                             rec["rel_err_snn_graph_vs_dense"] = _rel_err(torch, y_graph, dense.forward(sets[0]))
                             rec["graph_trace"] = _trace_rows(snn.last_trace)
-                            replay = runner.replay_only(sets[0])
+                            replay = runner.replayer(sets[0])
                             rec["kernel_sum"] = kernel_sum(torch, replay)
                             rec["kernel_sum"]["replay_ms"] = _replay_ms(env, replay)
                             if "kernel_sum_ms" in rec["kernel_sum"]:

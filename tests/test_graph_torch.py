@@ -257,3 +257,21 @@ def test_append_switch_calls_the_driver_in_order():
         graph.append_switch(drv, fake_torch, "ctx", "handle", bodies, side, [pool, None, None])
     assert graphs["body1"] == [] and graphs["body0"]  # only the offending body emptied
 
+
+def test_replayer_copies_the_input_in_and_returns_the_graph_replay():
+    class G:
+        replays = 0
+
+        def replay(self):
+            G.replays += 1
+    runner = object.__new__(graph.GraphRunner)
+    static = torch.zeros(2, 3)
+    g = G()
+    runner._graphs = {((2, 3), torch.float32): graph._Graph(g, static, None, None, [])}
+    x = torch.ones(2, 3)
+    replay = runner.replayer(x)
+    assert torch.equal(static, x) and G.replays == 0  # the input is in, nothing replayed yet
+    replay()
+    assert G.replays == 1
+    with pytest.raises(KeyError):  # another shape was never captured
+        runner.replayer(torch.ones(4, 3))
