@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Run a few sparse-convolution kernels once each, for Nsight Compute (where the time of a kernel goes).
+
+    ncu --clock-control none -k regex:sconv --section SpeedOfLight --section Occupancy \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        --metrics lts__t_bytes.sum,smsp__sass_thread_inst_executed_op_ffma_pred_on.sum \
+        --csv --page raw python3 tools/profile_kernels.py > raw.csv
+    python3 tools/profile_kernels.py --summarize raw.csv      # one line per kernel: time, issue, stalls
+
+Cases: (label, shape, batch, config, images, sparsity), the best kernels of the batch-32 bench
+(docs/results/kernels/run6-images) and two batch-1 ones; inputs as in check_kernels (ReLU-like, never
+all zero), weights random, cubins from check_kernels' cache ($SNN_CACHE_DIR or .carry/kcache).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from codegen import emit  # noqa: E402
+from codegen.config import KernelConfig  # noqa: E402
+from codegen.spec import ConvShape  # noqa: E402
+
+
+def S3(c, n, h):
+    return ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))
+
+
+CASES = [
+    ("128@28 b32 7x7 t128n1", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 1, 0.7),
+    ("128@28 b32 7x7 t128n1 s.99", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 1, 0.99),
+    ("128@28 b32 4x4 t32n2 i8", S3(128, 128, 28), 32, KernelConfig(4, 4, 128, 32, 2), 8, 0.7),
+    ("256@14 b32 7x7 t64n2", S3(256, 256, 14), 32, KernelConfig(7, 7, 128, 64, 2), 1, 0.7),
+    ("512@7 b32 4x7 t64n2", S3(512, 512, 7), 32, KernelConfig(4, 7, 128, 64, 2), 1, 0.7),
+    ("1x1 1024>256@14 b32 4x4 t32n4", ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32,
+     KernelConfig(4, 4, 128, 32, 4), 1, 0.7),
+    ("DN 128>32@28 b32 4x4 t32n1", S3(128, 32, 28), 32, KernelConfig(4, 4, 128, 32, 1), 1, 0.7),
+    ("64@56 b1 4x8 tc8 t64n1", S3(64, 64, 56), 1, KernelConfig(4, 8, 8, 64, 1), 1, 0.7),
+    ("256@14 b1 4x8 tc8 t64n1", S3(256, 256, 14), 1, KernelConfig(4, 8, 8, 64, 1), 1, 0.7),
+]
+
+SHOW = [("time us", "gpu__time_duration.sum", 1e-3), ("issue %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
+        ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1),
+        ("L2 MB", "lts__t_bytes.sum", 1e-6), ("ffma/inst", None, 1)]
+STALL = "smsp__average_warps_issue_stalled_"
+
+
+def kernels():
+    return [(label, emit.render_sparse(sh, b, cfg, images=ib), sh, b, s) for label, sh, b, cfg, ib, s in CASES]
+
+
+def run():
+    import torch
+    import check_kernels as ck
+    cache = Path(os.environ.get("SNN_CACHE_DIR", ROOT / ".carry" / "kcache"))
+    ks = kernels()
+    drv = ck.Driver(torch)
+    for name, (cub, _) in ck.compile_all({k.name: k.source for _, k, *_ in ks}, cache, "sm_90", os.cpu_count() or 1).items():
+        drv.load(name, cub)
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(11)
+    for label, k, sh, b, s in ks:
+        x = ck.relu_input(torch, (b, sh.H, sh.W, sh.C), s, gen)
+        w = torch.randn((sh.C, sh.R, sh.S, sh.N), generator=gen, device="cuda")
+        out = torch.empty((b, sh.P, sh.Q, sh.N), device="cuda")
+        drv.run_steps(k.steps, {"input": x, "weight": w, "output": out})
+        torch.cuda.synchronize()
+        print(f"{label}: {k.name}", flush=True)
+
+
+def _num(v: str) -> float:
+    try:
+        return float(v.replace(",", ""))
+    except ValueError:
+        return float("nan")
+
+
+def summarize(path: Path) -> str:
+    text = path.read_text().splitlines()
+    start = next(i for i, ln in enumerate(text) if ln.startswith('"ID"'))
+    rows = list(csv.DictReader(text[start:]))
+    rows = [r for r in rows if r.get("Kernel Name", "").startswith("sconv")]
+    labels = [label for label, *_ in kernels()]  # ncu lists launches in order: one per case
+    head = ["kernel", *[h for h, _, _ in SHOW], "top stalls (warps per issued instruction)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for i, r in enumerate(rows):
+        name = labels[i] if len(rows) == len(labels) else r["Kernel Name"].split("(")[0]
+        vals = []
+        for _, key, scale in SHOW:
+            if key is None:
+                ffma, inst = _num(r.get("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", "nan")), _num(r.get("smsp__inst_executed.sum", "nan"))
+                vals.append(f"{ffma / 32 / inst:.2f}" if inst == inst and inst > 0 else "?")
+            else:
+                vals.append(f"{_num(r.get(key, 'nan')) * scale:.1f}")
+        stalls = sorted(((_num(v), k[len(STALL):].replace("_per_issue_active.ratio", ""))
+                         for k, v in r.items() if k.startswith(STALL) and k.endswith("_per_issue_active.ratio")
+                         and "not_issued" not in k), reverse=True)
+        top = ", ".join(f"{n} {v:.1f}" for v, n in stalls[:4] if v == v)
+        lines.append(f"| {name} | " + " | ".join(vals) + f" | {top} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":
+        print(summarize(Path(sys.argv[2])))
+    else:
+        run()
