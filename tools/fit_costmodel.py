@@ -5,6 +5,7 @@ measurements"). CPU only, from the committed files.
     python tools/fit_costmodel.py dataset            # -> docs/results/costmodel/h100_dataset.csv
     python tools/fit_costmodel.py fit                # least squares in log space: the constants
     python tools/fit_costmodel.py report [--loso]    # old vs new (and paper): pick ratio, rank correlation
+    python tools/fit_costmodel.py holdout JSON...    # the fitted model on check_kernels bench JSONs it never saw
 
 Dataset: one row per (shape, config, batch, level) with a measured median time of the kernel's
 steps (memset when tc < C + the conv kernel), the same emitter as today's (`mask` pixel loop):
@@ -36,6 +37,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 from codegen import costmodel as cm  # noqa: E402
 from codegen.config import KernelConfig  # noqa: E402
 from codegen.gpu import load_gpu  # noqa: E402
+from codegen.kernel_rules import weight_ring_depth  # noqa: E402
 from codegen.spec import ConvShape  # noqa: E402
 from fit_resources import parse_kernel  # noqa: E402
 
@@ -67,7 +69,7 @@ def dataset() -> list[dict]:
         for row in json.loads((RES / "kernels" / run / "all.json").read_text())["bench"]:
             for name, us in row["all_us"].items():
                 p = parse_kernel(name)
-                if p and (src == "run3" or _v3_depth(p[0], p[1]) == cm.emit.weight_ring_depth(p[0], p[1])):
+                if p and (src == "run3" or _v3_depth(p[0], p[1]) == weight_ring_depth(p[0], p[1])):
                     add(name, row["sparsity"], us, src)
     cal = json.loads((RES / "h100/bench/calibrate_resnet152.json").read_text())
     for ex in cal["exhaustive"]:
@@ -109,6 +111,23 @@ def write_csv(rows: list[dict], path: Path) -> None:
             c = r["config"]
             w.writerow([r["shape"].tag(), c.th, c.tw, c.tc, c.threads, c.nt, r["batch"], r["level"], f"{r['us']:.3f}",
                         r["sources"]])
+
+
+def holdout_rows(paths: list[Path]) -> list[dict]:
+    """Rows of check_kernels bench JSONs (the `mask` kernels of the build's emitter: no `_switch`, no
+    `_g`/`_i` variants), for scoring a model on measurements it was not fitted to."""
+    import re
+    raw: dict[tuple, list] = defaultdict(list)
+    for path in paths:
+        for row in json.loads(path.read_text())["bench"]:
+            for name, us in row["all_us"].items():
+                if re.search(r"_b\d+_", name) or name.endswith("_switch"):
+                    continue
+                p = parse_kernel(name)
+                if p:
+                    raw[(p[0], p[1], p[2], round(float(row["sparsity"]), 2))].append(float(us))
+    return sorted(({"shape": sh, "config": c, "batch": b, "level": lv, "us": float(np.mean(v)), "sources": "holdout"}
+                   for (sh, c, b, lv), v in raw.items()), key=lambda r: (r["shape"].tag(), r["batch"], r["level"], r["config"]))
 
 
 # ---------------------------------------------------------------- features and predictions
@@ -251,7 +270,22 @@ def main() -> None:
     r = sub.add_parser("report")
     r.add_argument("--loso", action="store_true", help="also leave one shape out: fit without it, score it")
     r.add_argument("--groups", action="store_true", help="print every group's picks")
+    h = sub.add_parser("holdout")
+    h.add_argument("json", nargs="+", type=Path, help="tools/check_kernels.py bench JSON files")
     a = p.parse_args()
+    if a.cmd == "holdout":
+        rows = holdout_rows(a.json)
+        print(f"{len(rows)} rows, {len(groups(rows))} groups of >= {MIN_GROUP} measured configs (not in the fit)")
+        print("model | batch | groups | mean ratio | max ratio | picks within 5 % | mean Spearman")
+        for model in ("snn", "pipes", "paper"):
+            pred = predict(rows, model)
+            for restrict in (False, True):
+                for b in sorted({r["batch"] for r in rows}):
+                    gb = [g for g in groups(rows) if rows[g[0]]["batch"] == b]
+                    s = score(rows, pred, survivors(rows, model) if restrict else None, gb)
+                    print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | {s['mean_ratio']:.3f} | "
+                          f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
+        return
     rows = dataset()
     if a.cmd == "dataset":
         write_csv(rows, a.out)
