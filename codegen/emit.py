@@ -21,9 +21,9 @@ import jinja2
 
 from .config import KernelConfig
 from .kernel_rules import (DYNAMIC_SMEM_LIMIT, GROUP_MAX_THREADS, GROUP_REG_MARGIN, MAX_GROUPS,  # noqa: F401
-                           MAX_IMAGES, REG_MARGIN, STATIC_SMEM_LIMIT, WEIGHT_RING_DEPTH, WEIGHT_RING_LIMIT,
-                           check_groups, check_images, chunk_channels, group_budget, group_layout, image_layout,
-                           min_blocks, register_cap, weight_ring_depth)
+                           REG_MARGIN, STATIC_SMEM_LIMIT, WEIGHT_RING_DEPTH, WEIGHT_RING_LIMIT, check_groups,
+                           chunk_channels, group_budget, group_layout, min_blocks, register_cap,
+                           weight_ring_depth)
 from .spec import ConvShape
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -95,7 +95,7 @@ def default_groups(shape: ConvShape, batch: int, cfg: KernelConfig, max_threads:
     return need
 
 
-def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1, images: int = 1) -> dict:
+def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1) -> dict:
     ih, iw = in_tile(shape, cfg)
     g = cfg.grid(shape, batch)
     kc = chunk_channels(shape, cfg, group_budget(groups))
@@ -105,10 +105,8 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1, i
                PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, TC=cfg.tc,
                THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
                NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
-               MINB=min_blocks(shape, cfg, groups * images), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
-               TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], G=groups, IB=images, SMEM=0)
-    if images > 1:  # a block covers `images` images of one spatial tile; image i = blockIdx.z * IB + threadIdx.y
-        geo.update(image_layout(shape, cfg, images))
+               MINB=min_blocks(shape, cfg, groups), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
+               TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], G=groups, SMEM=0)
     if groups > 1:  # a block covers G * tc channels; group g (threadIdx.y) the g-th tc of them
         geo.update(group_layout(shape, cfg, groups))
         geo["TILES_C"] = math.ceil(shape.C / (groups * cfg.tc))
@@ -127,18 +125,15 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 # ---------------------------------------------------------------- renderers
 
 
-def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1,
-                images: int = 1) -> str:
+def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1) -> str:
     base = cfg.name(shape, batch)
     if groups > 1:
         base = f"{base}_g{groups}"
-    if images > 1:
-        base = f"{base}_i{images}"
     return base if loop == "mask" else f"{base}_{loop}"
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1, images: int = 1) -> EmittedKernel:
+                  groups: int = 1) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -148,19 +143,13 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     walking its tc with its own tile, masks and weight ring (dynamic shared memory), then reduce
     through shared memory; no memset and no global atomics when G * tc >= C. G = 1 is the classic
     kernel (same source as before groups existed).
-    images: IB images per block (block [threads, IB, 1], grid z = ceil(batch / IB)), one spatial tile
-    each, sharing one staged chunk of weights in shared memory: the weights' L2 -> SM traffic and their
-    per-thread loads are divided by IB (batch > 1). Exclusive with groups.
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
     check_config(shape, config)
     check_groups(shape, config, groups)
-    check_images(shape, config, images)
-    if groups > 1 and images > 1:
-        raise ValueError("groups and images are exclusive")
-    g = geometry(shape, batch, config, groups, images)
-    name = kernel_name(shape, batch, config, loop, groups, images)
+    g = geometry(shape, batch, config, groups)
+    name = kernel_name(shape, batch, config, loop, groups)
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
@@ -172,8 +161,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     if g["TILES_C"] > 1:  # several blocks add into one output element
         steps.append({"op": "memset", "buffer": "output"})
     steps.append({"op": "launch", "function": name,
-                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], -(-batch // images)],
-                  "block": [config.threads, max(groups, images), 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
+                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+                  "block": [config.threads, groups, 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
     return EmittedKernel(name, src, steps, {}, "CRSN")
 
 

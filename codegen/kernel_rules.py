@@ -49,46 +49,17 @@ def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
     return blocks
 
 
-def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT, images: int = 1) -> int:
+def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT) -> int:
     """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
-    fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget).
-    With `images` > 1 (several images per block): `images` tiles and masks + one chunk of weights."""
+    fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget)."""
     ih, iw = cfg.in_tile(shape)
     npix = ih * iw
     words = math.ceil(npix / 32)
     ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt * 4
     for kc in range(min(cfg.tc, 32), 0, -1):
-        if cfg.tc % kc:
-            continue
-        if images > 1:
-            # two buffers of the tiles and the weights (double-buffered chunks), one set of masks
-            need = (2 * images * _pad4(npix * kc) + images * kc * words + 2 * kc * shape.R * shape.S * cfg.threads * cfg.nt) * 4
-        else:
-            need = npix * kc * 4 + kc * words * 4 + ring
-        if need <= budget:
+        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= budget:
             return kc
-    raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weights too large for shared memory")
-
-
-# ---------------------------------------------------------------- several images per block (images)
-
-MAX_IMAGES = 16
-
-
-def image_layout(shape: ConvShape, cfg: KernelConfig, images: int) -> dict:
-    """KC and the per-image stride (floats, 16-byte aligned) of the staged tiles of an `images`-image block."""
-    ih, iw = cfg.in_tile(shape)
-    kc = chunk_channels(shape, cfg, images=images)
-    return dict(KC=kc, XSTRIDE=_pad4(ih * iw * kc))
-
-
-def check_images(shape: ConvShape, cfg: KernelConfig, images: int) -> None:
-    if not 1 <= images <= MAX_IMAGES:
-        raise ValueError(f"images must be in [1, {MAX_IMAGES}]")
-    if cfg.threads * images > 1024:
-        raise ValueError(f"{cfg.tag()}: {images} images x {cfg.threads} threads > 1024")
-    if images > 1:
-        chunk_channels(shape, cfg, images=images)  # raises when one channel's tiles + weights do not fit
+    raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
 
 
 # ---------------------------------------------------------------- in-block channel split (groups)

@@ -369,23 +369,20 @@ def group_check_items():
     return items
 
 
-def _group_of(name: str, tag: str = "g") -> int:
+def _group_of(name: str) -> int:
     import re
-    m = re.search(rf"_b\d+_{tag}(\d+)", name)
+    m = re.search(r"_b\d+_g(\d+)", name)
     return int(m.group(1)) if m else 1
 
 
-def groups_table(rows, tag: str = "g") -> str:
-    """Markdown: per layer, batch and level, the best G = 1 and the best G > 1 time (kernel), cuDNN.
-    tag "i": the same for images per block (IB = 1 against IB > 1)."""
-    v = "G" if tag == "g" else "IB"
-    lines = [f"| layer | B | sparsity | best {v}=1 µs | best {v}>1 µs | {v}>1 / {v}=1 | cuDNN FP32 µs | TF32 µs | "
-             f"{v}=1 kernel | {v}>1 kernel |",
+def groups_table(rows) -> str:
+    """Markdown: per layer, batch and level, the best G = 1 and the best G > 1 time (kernel), cuDNN."""
+    lines = ["| layer | B | sparsity | best G=1 µs | best G>1 µs | G>1 / G=1 | cuDNN FP32 µs | TF32 µs | G=1 kernel | G>1 kernel |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ratios = {}
     for r in rows:
-        one = [(t, n) for n, t in r["all_us"].items() if _group_of(n, tag) == 1]
-        many = [(t, n) for n, t in r["all_us"].items() if _group_of(n, tag) > 1]
+        one = [(t, n) for n, t in r["all_us"].items() if _group_of(n) == 1]
+        many = [(t, n) for n, t in r["all_us"].items() if _group_of(n) > 1]
         t1, n1 = min(one) if one else (math.nan, "-")
         tg, ng = min(many) if many else (math.nan, "-")
         short = lambda n: n.split("_", 6)[-1] if n != "-" else n  # noqa: E731
@@ -393,58 +390,11 @@ def groups_table(rows, tag: str = "g") -> str:
                      f"{r['cudnn_fp32_us']:.1f} | {r['cudnn_tf32_us']:.1f} | {short(n1)} | {short(ng)} |")
         if one and many:
             ratios.setdefault((r["batch"], r["sparsity"]), []).append(tg / t1)
-    lines += ["", f"| B | sparsity | geomean best {v}>1 / best {v}=1 | layers where {v}>1 wins |", "| --- | --- | --- | --- |"]
+    lines += ["", "| B | sparsity | geomean best G>1 / best G=1 | layers where G>1 wins |", "| --- | --- | --- | --- |"]
     for (b, lv), xs in sorted(ratios.items()):
         gm = math.exp(statistics.mean(math.log(x) for x in xs))
         lines.append(f"| {b} | {lv} | {gm:.3f} | {sum(x < 1 for x in xs)}/{len(xs)} |")
     return "\n".join(lines)
-
-
-IMAGES = (2, 4, 8)
-
-
-def image_bench_candidates(shape: ConvShape, batch: int) -> list[tuple[KernelConfig, int]]:
-    """(config, IB) timed per layer by `bench --images` (mask loop): tiles 4x4/4x8/7x7 (4x8/7x7 at
-    batch 8), 32-128 threads x nt 1-4 (NB <= N, <= 98 accumulators), tc = min(C, 128), IB = 1 and
-    the IMAGES up to the batch with <= 512 threads a block."""
-    tiles = [(4, 4), (4, 8), (7, 7)] if batch >= 32 else [(4, 8), (7, 7)]
-    ntb = [(32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)]
-    out = []
-    for th, tw in tiles:
-        th, tw = min(th, shape.P), min(tw, shape.Q)
-        for threads, nt in ntb:
-            if threads * nt > max(shape.N, 32) or th * tw * nt > 98:
-                continue
-            cfg = KernelConfig(th, tw, min(shape.C, 128), threads, nt)
-            for ib in (1,) + IMAGES:
-                if ib <= batch and threads * ib <= 512:
-                    try:
-                        emit.check_images(shape, cfg, ib)
-                    except ValueError:
-                        continue
-                    out.append((cfg, ib))
-    return sorted(set(out))
-
-
-def image_check_items():
-    """IB > 1 kernels: every distinct ResNet-50 conv shape (example_configs, IB 2 and 4) at batch 3 (a
-    spare image in the last block) and 8, both loops at batch 3; plus ragged / strided small shapes."""
-    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
-    shapes = net.conv_shapes() + [ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0)),
-                                  ConvShape(3, 64, 20, 20, 7, 7, (2, 2), (3, 3))]
-    items = []
-    for sh in shapes:
-        cfg = emit.example_configs(sh)[0]
-        for ib, batch in ((2, 3), (4, 8)):
-            if cfg.threads * ib > 256:  # 512-thread blocks cap registers at 128: nt 4 tiles spill
-                continue
-            try:
-                emit.check_images(sh, cfg, ib)
-            except ValueError:
-                continue
-            for loop in (emit.LOOPS if batch == 3 else ("mask",)):
-                items.append((emit.render_sparse(sh, batch, cfg, loop=loop, images=ib), sh, batch))
-    return items
 
 
 def _parse_config(name: str) -> dict:
@@ -633,8 +583,6 @@ def main(argv=None):
                     help="compile: delete cache entries that none of this run's kernels uses")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
-    ap.add_argument("--images", action="store_true",
-                    help="images per block: check IB > 1 kernels; bench IB = 1 vs IB > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
     if a.mode == "table":
         print(table(json.loads(a.json.read_text()), json.loads(a.before.read_text()) if a.before else None))
@@ -642,17 +590,13 @@ def main(argv=None):
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
-    items = group_check_items() if a.groups else image_check_items() if a.images else check_items()
+    items = group_check_items() if a.groups else check_items()
     coo = coo_items()
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
-    if a.groups or a.images:
+    if a.groups:
         layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
-    if a.images:
-        bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, images=ib) for cfg, ib in image_bench_candidates(sh, b)]
-                   for _, sh in layers for b in batches}
-    elif a.groups:
         run3 = best_of(RUN3_JSON) if RUN3_JSON.exists() else {}
         bench_k = {}
         for _, sh in layers:
@@ -695,11 +639,6 @@ def main(argv=None):
               "cudnn": torch.backends.cudnn.version(), "nvcc": nvcc_version(), "arch": a.arch,
               "command": " ".join(["python", "tools/check_kernels.py", *(argv or sys.argv[1:])]),
               "ptxas": {n: r for n, (_, r) in binaries.items()}, "spills": spills}
-    if a.images:  # a bench candidate that spills is dropped (and listed), not a failure
-        dropped = sorted(n for ks in bench_k.values() for n in (k.name for k in ks) if n in spills)
-        bench_k = {key: [k for k in ks if k.name not in spills] for key, ks in bench_k.items()}
-        print(f"bench candidates dropped for spills: {len(dropped)}", flush=True)
-        spills = {n: r for n, r in spills.items() if n not in dropped}
     failed = bool(spills)
     if a.mode in ("check", "all", "sanitize"):
         result["check"] = check_kernels(torch, drv, items)
@@ -727,11 +666,10 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
-        if a.groups or a.images:
-            key, tag = ("groups_table", "g") if a.groups else ("images_table", "i")
-            result[key] = groups_table(rows, tag)
-            (a.out / f"{key}.md").write_text(result[key] + "\n")
-            print(result[key])
+        if a.groups:
+            result["groups_table"] = groups_table(rows)
+            (a.out / "groups_table.md").write_text(result["groups_table"] + "\n")
+            print(result["groups_table"])
         failed |= any(r["bad_kernels"] for r in rows)
         print(json.dumps(summary, indent=1))
     if a.mode != "sanitize":

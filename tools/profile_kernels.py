@@ -7,8 +7,9 @@
         --csv --page raw python3 tools/profile_kernels.py > raw.csv
     python3 tools/profile_kernels.py --summarize raw.csv      # one line per kernel: time, issue, stalls
 
-Cases: (label, shape, batch, config, images, sparsity), the best kernels of the batch-32 bench
-(docs/results/kernels/run6-images) and two batch-1 ones; inputs as in check_kernels (ReLU-like, never
+Cases: (label, shape, batch, config, sparsity), the best kernels of the batch-32 bench
+(docs/results/kernels/run6-images) and two batch-1 ones (run7-profile also has an images-per-block
+kernel, measured before that emitter option was reverted); inputs as in check_kernels (ReLU-like, never
 all zero), weights random, cubins from check_kernels' cache ($SNN_CACHE_DIR or .carry/kcache).
 """
 from __future__ import annotations
@@ -32,16 +33,15 @@ def S3(c, n, h):
 
 
 CASES = [
-    ("128@28 b32 7x7 t128n1", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 1, 0.7),
-    ("128@28 b32 7x7 t128n1 s.99", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 1, 0.99),
-    ("128@28 b32 4x4 t32n2 i8", S3(128, 128, 28), 32, KernelConfig(4, 4, 128, 32, 2), 8, 0.7),
-    ("256@14 b32 7x7 t64n2", S3(256, 256, 14), 32, KernelConfig(7, 7, 128, 64, 2), 1, 0.7),
-    ("512@7 b32 4x7 t64n2", S3(512, 512, 7), 32, KernelConfig(4, 7, 128, 64, 2), 1, 0.7),
+    ("128@28 b32 7x7 t128n1", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 0.7),
+    ("128@28 b32 7x7 t128n1 s.99", S3(128, 128, 28), 32, KernelConfig(7, 7, 128, 128, 1), 0.99),
+    ("256@14 b32 7x7 t64n2", S3(256, 256, 14), 32, KernelConfig(7, 7, 128, 64, 2), 0.7),
+    ("512@7 b32 4x7 t64n2", S3(512, 512, 7), 32, KernelConfig(4, 7, 128, 64, 2), 0.7),
     ("1x1 1024>256@14 b32 4x4 t32n4", ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32,
-     KernelConfig(4, 4, 128, 32, 4), 1, 0.7),
-    ("DN 128>32@28 b32 4x4 t32n1", S3(128, 32, 28), 32, KernelConfig(4, 4, 128, 32, 1), 1, 0.7),
-    ("64@56 b1 4x8 tc8 t64n1", S3(64, 64, 56), 1, KernelConfig(4, 8, 8, 64, 1), 1, 0.7),
-    ("256@14 b1 4x8 tc8 t64n1", S3(256, 256, 14), 1, KernelConfig(4, 8, 8, 64, 1), 1, 0.7),
+     KernelConfig(4, 4, 128, 32, 4), 0.7),
+    ("DN 128>32@28 b32 4x4 t32n1", S3(128, 32, 28), 32, KernelConfig(4, 4, 128, 32, 1), 0.7),
+    ("64@56 b1 4x8 tc8 t64n1", S3(64, 64, 56), 1, KernelConfig(4, 8, 8, 64, 1), 0.7),
+    ("256@14 b1 4x8 tc8 t64n1", S3(256, 256, 14), 1, KernelConfig(4, 8, 8, 64, 1), 0.7),
 ]
 
 SHOW = [("time us", "gpu__time_duration.sum", 1e-3), ("issue %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
@@ -51,7 +51,7 @@ STALL = "smsp__average_warps_issue_stalled_"
 
 
 def kernels():
-    return [(label, emit.render_sparse(sh, b, cfg, images=ib), sh, b, s) for label, sh, b, cfg, ib, s in CASES]
+    return [(label, emit.render_sparse(sh, b, cfg), sh, b, s) for label, sh, b, cfg, s in CASES]
 
 
 def run():
