@@ -62,6 +62,9 @@ BYTES_PER_NNZ = 8          # a stored input of the COO* format: fp32 value + pac
 
 # ---- stage thresholds ---------------------------------------------------------------------------
 OCCUPANCY_MIN = 0.5
+OCCUPANCY_MIN_BATCHED = 0.25  # "snn" at batch > 1: the batch brings the parallelism, and its fastest kernels
+                              # (more output channels per thread, bigger tiles) sit at 30-40 % occupancy
+                              # (docs/costmodel.md, "Batch > 1: held-out measurements")
 STAGE2_KEEP = 1 / 3
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
@@ -80,14 +83,16 @@ ISSUE_PER_SM = 4           # warp instructions an SM issues per clock (4 schedul
 # Fitted by tools/fit_costmodel.py (least squares of log time over the H100 measurements in docs/results);
 # cycles are per channel a block walks unless said otherwise, so they scale with the GPU's clock.
 SNN_FIT = {
-    "fixed_us": 0.24,      # launch + first fill + write-back of a kernel on cold L2, once per layer
-    "memset_us": 7.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
-    "ch_cyc": 337.7,       # serial latency of one channel for the block's warps (wait, taps, mask)
-    "pix_cyc": 12.81,      # + per in-tile pixel tested by the mask loop
-    "fma_cyc": 6.824,      # + per FMA a thread issues
-    "pix_ins": 2.739,      # warp instructions per channel, warp and in-tile pixel (bit test, branch, load),
+    "fixed_us": 4.788,     # launch + first fill + write-back of a kernel on cold L2, once per layer
+    "memset_us": 4.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
+    "ch_cyc": 173.8,       # serial latency of one channel for the block's warps (wait, taps, mask)
+    "pix_cyc": 12.61,      # + per in-tile pixel tested by the mask loop
+    "fma_cyc": 5.544,      # + per FMA a thread issues
+    "pix_ins": 0.6032,     # warp instructions per channel, warp and in-tile pixel (bit test, branch, load),
                            # + 1 per FMA: the issue side when k blocks share an SM's 4 schedulers
-    "out_cyc": 22.35,      # SM cycles per warp and accumulator written back (atomics / stores), per block
+    "out_cyc": 11.88,      # SM cycles per warp and accumulator written back (atomics / stores), per block
+    "ch_ins": 17.21,       # warp instructions per channel and warp besides the pixel loop (loop, mask words)
+    "w_ins": 3.73,         # + per weight a thread loads for the channel (R*S*nt: cp.async, address, LDS)
 }
 
 @dataclass(frozen=True)
@@ -346,16 +351,21 @@ def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
+def occupancy_min(model: str, batch: int) -> float:
+    """Stage 1's threshold: the paper's 50 %, or OCCUPANCY_MIN_BATCHED for "snn" at batch > 1."""
+    return OCCUPANCY_MIN_BATCHED if model == "snn" and batch > 1 else OCCUPANCY_MIN
+
+
 @lru_cache(maxsize=4096)
-def _stage1(shape: ConvShape, gpu: GPU) -> dict[str, Any]:
+def _stage1(shape: ConvShape, gpu: GPU, occ_min: float = OCCUPANCY_MIN) -> dict[str, Any]:
     o = _occupancy(_space_table(shape), gpu)
     feasible, occ = o["feasible"], o["occ"]
     if not feasible.any():
         raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
                         f"(shared memory per block {gpu.smem_per_block} B)")
-    keep = feasible & (occ >= OCCUPANCY_MIN - 1e-9)
+    keep = feasible & (occ >= occ_min - 1e-9)
     relaxed = not keep.any()
-    if relaxed:  # nothing reaches 50 %: keep the best occupancy there is, and say so in --explain
+    if relaxed:  # nothing reaches the threshold: keep the best occupancy there is, and say so in --explain
         keep = feasible & (occ >= occ[feasible].max() - 1e-9)
     return {**o, "idx": np.flatnonzero(keep), "relaxed": relaxed}
 
@@ -391,7 +401,7 @@ def _traffic(shape: ConvShape, tab: dict, batch: int, density: float, idx) -> di
 def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
     """(stage-2 survivors, stage-1 survivors, data movement of each stage-1 survivor); indices into
     the space table."""
-    s1 = _stage1(shape, gpu)
+    s1 = _stage1(shape, gpu, occupancy_min(model, batch))
     idx1 = s1["idx"]
     dm = _data_movement(shape, _space_table(shape), batch, density, model, idx1)
     keep = max(1, math.ceil(len(idx1) * STAGE2_KEEP))
@@ -471,21 +481,23 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     if model == "pipes":
         return _time_pipes(shape, gpu, tab, batch, density, idx, num_blk, blk_wave, waves, bps, warps)
 
-    # "snn": a block walks its tc channels one after the other; a channel costs the longer of its serial
-    # latency (one warp's chain: wait, taps, mask loop, FMAs) and its share of the SM's issue slots
-    # when k blocks run side by side. Waves of SMs x blocks per SM, the last one timed on its own;
+    # "snn": a block walks its tc channels one after the other; a channel costs its serial latency (one
+    # warp's chain: wait, taps, mask loop, FMAs) plus its share of the SM's issue slots when k blocks run
+    # side by side (the sum, not the longer: Nsight Compute shows neither hidden behind the other,
+    # docs/results/kernels/run7-profile). Waves of SMs x blocks per SM, the last one timed on its own;
     # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
     k_ = {**SNN_FIT, **(consts or {})}
     clk = gpu.boost_clock_mhz * 1e6
     f = tab["nt"][idx] * tab["pairs_sp"][idx] * density          # FMAs per thread and channel (whole tile)
     npix = tab["npix"][idx]
     lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
-    ins = warps * (k_["pix_ins"] * npix + f)                      # warp instructions per channel and block
+    ins = warps * (k_["ch_ins"] + k_["w_ins"] * shape.R * shape.S * tab["nt"][idx]
+                   + k_["pix_ins"] * npix + f)                       # warp instructions per channel and block
 
     out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
 
     def wave(k):  # seconds for an SM running k blocks side by side, its blocks' memory share aside
-        return (k * out + tc_avg * np.maximum(lat, k * ins / ISSUE_PER_SM)) / clk
+        return (k * out + tc_avg * (lat + k * ins / ISSUE_PER_SM)) / clk
 
     tr, dram, t_mem = _memory(shape, gpu, tab, batch, density, idx)
     m_blk = t_mem / num_blk
@@ -523,7 +535,7 @@ def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> di
     """All three stages for one shape and level; indices into the space table."""
     _check(model, batch)
     density = 1.0 - level
-    s1 = _stage1(shape, gpu)
+    s1 = _stage1(shape, gpu, occupancy_min(model, batch))
     idx2, idx1, dm1 = _stage2(shape, gpu, batch, density, model)
     s3 = _time(shape, gpu, _space_table(shape), s1, batch, density, model, idx2)
     order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))  # least time; ties: occupancy, space order
@@ -587,7 +599,7 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
 def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn") -> dict[str, list[KernelConfig]]:
     """The configs surviving each stage: 'enumerated', 'launchable', 'stage1', 'stage2' (least data
     movement first) and 'stage3' (all of stage 2, least predicted time first: [0] is the choice)."""
-    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch))
     r = _run(shape, gpu, batch, level, model)
     dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
     return {"enumerated": _configs(tab, range(len(tab["th"]))),
@@ -635,7 +647,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     best `top` candidates of stage 3 with their numbers and rank. `chosen` is the plan's pick
     (plan_shape may keep a lower level's config within REUSE_TOLERANCE); it defaults to rank 1 and
     is listed even when it is not among the top."""
-    tab, s1 = _space_table(shape), _stage1(shape, gpu)
+    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch))
     r = _run(shape, gpu, batch, level, model)
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
@@ -664,7 +676,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
             "counts": {"enumerated": int(len(tab["th"])), "launchable": int(s1["feasible"].sum()),
                        "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(len(r["idx2"])),
                        "stage3_timed": int(len(r["idx2"]))},
-            "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": OCCUPANCY_MIN,
+            "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": occupancy_min(model, batch),
             "chosen": next(c for c in cands if c["chosen"]), "top": cands}
 
 

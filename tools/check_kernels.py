@@ -581,6 +581,9 @@ def main(argv=None):
                     help="bench only the kernels that won in this earlier bench JSON (same names)")
     ap.add_argument("--prune", action="store_true",
                     help="compile: delete cache entries that none of this run's kernels uses")
+    ap.add_argument("--candidates", type=Path, default=None,
+                    help="bench: the layers, batches, levels and kernels of a `fit_costmodel.py picks` JSON "
+                         "(its grid and both models' picks)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -595,8 +598,19 @@ def main(argv=None):
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
-    if a.groups:
+    if a.groups or a.candidates:
         layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
+    if a.candidates:
+        spec = json.loads(a.candidates.read_text())
+        batches, levels = spec["batches"], spec["levels"]
+        tags: dict[tuple[str, int], set[str]] = {}
+        for g in spec["groups"]:
+            tags.setdefault((g["shape"], g["batch"]), set()).update(g["grid"] + [g["plan_now"], g["plan_previous"]])
+        by_tag = {sh.tag(): sh for _, sh in layers}
+        layers = [(lab, sh) for lab, sh in layers if any(k[0] == sh.tag() for k in tags)]
+        bench_k = {(by_tag[t], b): [emit.render_sparse(by_tag[t], b, KernelConfig.from_dict(_parse_config(f"_{c}_b")))
+                                    for c in sorted(cs)] for (t, b), cs in tags.items()}
+    elif a.groups:
         run3 = best_of(RUN3_JSON) if RUN3_JSON.exists() else {}
         bench_k = {}
         for _, sh in layers:
@@ -610,7 +624,7 @@ def main(argv=None):
                     k = emit.render_sparse(sh, b, cfg, loop="switch" if name.endswith("_switch") else "mask")
                     ks[k.name] = k
                 bench_k[(sh, b)] = list(ks.values())
-    else:
+    if not (a.groups or a.candidates):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:

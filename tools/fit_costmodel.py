@@ -6,6 +6,9 @@ measurements"). CPU only, from the committed files.
     python tools/fit_costmodel.py fit                # least squares in log space: the constants
     python tools/fit_costmodel.py report [--loso]    # old vs new (and paper): pick ratio, rank correlation
     python tools/fit_costmodel.py holdout JSON...    # the fitted model on check_kernels bench JSONs it never saw
+    python tools/fit_costmodel.py cv                 # fit without run6's batch-B rows, score them (B = 8, 32)
+    python tools/fit_costmodel.py picks --out P.json # the reference grid and both models' picks, before a run
+    python tools/fit_costmodel.py scorepicks P.json BENCH.json [--md OUT.md]   # ... scored after it
 
 Dataset: one row per (shape, config, batch, level) with a measured median time of the kernel's
 steps (memset when tc < C + the conv kernel), the same emitter as today's (`mask` pixel loop):
@@ -17,6 +20,8 @@ steps (memset when tc < C + the conv kernel), the same emitter as today's (`mask
          0.7) and the plan's pick per level 0.40..0.90
   layers docs/results/h100/bench/layers_{resnet152,densenet201,vgg19}.json: the plan's pick per shape,
          batch 1/8/32 and level 0.5/0.7/0.9
+  run6   docs/results/kernels/run6-images/bench.json: the one-image kernels of that bench (8 3x3 + 4 1x1
+         ResNet-152 layers, batch 8 and 32, tc = min(C, 128), levels 0.5/0.7/0.9/0.99)
 Duplicates (same kernel, batch, level from several files) are averaged.
 """
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -43,6 +49,7 @@ from fit_resources import parse_kernel  # noqa: E402
 
 RES = ROOT / "docs/results"
 CSV_DEFAULT = RES / "costmodel/h100_dataset.csv"
+RUN6 = RES / "kernels/run6-images/bench.json"
 GPU = load_gpu("h100")
 MIN_GROUP = 5
 GLITCH = 2.0
@@ -78,6 +85,8 @@ def dataset() -> list[dict]:
     for key, m in cal["measurements"].items():
         _, _, level, name = key.split("|")
         add(name, float(level), m["sparse_us"], "calib")
+    for r in holdout_rows([RUN6]):
+        raw[(r["shape"], r["config"], r["batch"], r["level"])].append((r["us"], "run6"))
     for net in ("resnet152", "densenet201", "vgg19"):
         for sh in json.loads((RES / f"h100/bench/layers_{net}.json").read_text())["shapes"]:
             for b, bb in sh["batches"].items():
@@ -137,19 +146,20 @@ def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
 
 
 BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
+PREVIOUS = "2aa4a42"  # the fitted model before the batch > 1 revision (stage 1 at 50 %, max(latency, issue))
 
 
-def before_model():
-    """codegen/costmodel.py as of BEFORE, loaded from git as module codegen._costmodel_before."""
+def before_model(commit: str = BEFORE):
+    """codegen/costmodel.py as of `commit`, loaded from git as module codegen._costmodel_<commit>."""
     import importlib.util
     import subprocess
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:codegen/costmodel.py"], capture_output=True,
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:codegen/costmodel.py"], capture_output=True,
                          text=True, check=True).stdout
-    spec = importlib.util.spec_from_loader("codegen._costmodel_before", loader=None)
+    spec = importlib.util.spec_from_loader(f"codegen._costmodel_{commit}", loader=None)
     mod = importlib.util.module_from_spec(spec)
     mod.__package__ = "codegen"
     sys.modules[spec.name] = mod
-    exec(compile(src, f"{BEFORE}:codegen/costmodel.py", "exec"), mod.__dict__)
+    exec(compile(src, f"{commit}:codegen/costmodel.py", "exec"), mod.__dict__)
     return mod
 
 
@@ -181,6 +191,17 @@ def _prepared(rows: list[dict], mod) -> list:
             out.append((k, np.array(ii), tab, mod._occupancy(tab, GPU)))
         _PREP[key] = out
     return _PREP[key]
+
+
+def by_batch(rows: list[dict], pred: np.ndarray, model: str) -> str:
+    """Mean pick ratio per batch: stages 1-2 first / stage 3 alone."""
+    surv, out = survivors(rows, model), []
+    for b in sorted({r["batch"] for r in rows}):
+        gb = [g for g in groups(rows) if rows[g[0]]["batch"] == b]
+        if gb:
+            out.append(f"batch {b}: {score(rows, pred, surv, gb)['mean_ratio']:.3f} / {score(rows, pred, None, gb)['mean_ratio']:.3f}"
+                       f" ({len(gb)} groups)")
+    return "; ".join(out)
 
 
 def survivors(rows: list[dict], model: str, mod=cm) -> np.ndarray:
@@ -241,6 +262,106 @@ def log_rmse(rows: list[dict], pred: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.log(pred[ok] / us[ok]) ** 2)))
 
 
+# ---------------------------------------------------------------- a fresh held-out bench
+
+PICK_BATCHES, PICK_LEVELS = (1, 8, 32), (0.6, 0.8)
+
+
+def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """The 'exhaustive' reference grid of `picks`: tiles 4x4/4x8/7x7/8x8, 32-128 threads x nt 1-4
+    (NB <= max(N, 32), <= 64 accumulators), tc 8/32 at batch 1 and 32/64 at batch > 1 (run6 had
+    only min(C, 128)); configs the emitter cannot build are left out."""
+    from codegen import emit
+    out = []
+    for th, tw in ((4, 4), (4, 8), (7, 7), (8, 8)):
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        for threads, nt in ((32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)):
+            for tc in ((8, 32) if batch == 1 else (32, 64)):
+                c = KernelConfig(th, tw, min(tc, shape.C), threads, nt)
+                if threads * nt > max(shape.N, 32) or th * tw * nt > 64:
+                    continue
+                try:
+                    emit.check_config(shape, c)
+                    emit.geometry(shape, batch, c)
+                except ValueError:
+                    continue
+                out.append(c)
+    return sorted(set(out))
+
+
+def picks() -> dict:
+    """Written before the device run that measures it: per layer of check_kernels' twelve, batch and
+    level, the reference grid and the plan's pick (full configuration space, the build's level sweep)
+    of the current "snn" model and of PREVIOUS's."""
+    import check_kernels as ck
+    from codegen.costmodel import DEFAULT_LEVELS, parse_levels
+    prev = before_model(PREVIOUS)
+    layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
+    layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.GROUP_EXTRA_LAYERS]
+    levels = parse_levels(DEFAULT_LEVELS)
+    out = []
+    for label, sh in layers:
+        for b in PICK_BATCHES:
+            now = cm.plan_shape(sh, GPU, b, levels, "snn")
+            old = prev.plan_shape(sh, GPU, b, levels, "snn")
+            grid = pick_grid(sh, b)
+            for lv in PICK_LEVELS:
+                out.append({"layer": label, "shape": sh.tag(), "C": sh.C, "N": sh.N, "H": sh.H, "R": sh.R, "batch": b,
+                            "level": lv, "grid": [c.tag() for c in grid], "plan_now": now[lv].config.tag(),
+                            "plan_now_us": round(now[lv].predicted_us, 2), "plan_previous": old[lv].config.tag(),
+                            "plan_previous_us": round(old[lv].predicted_us, 2)})
+    return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {PREVIOUS}",
+            "levels": list(PICK_LEVELS), "batches": list(PICK_BATCHES), "groups": out}
+
+
+def score_picks(spec: dict, bench: dict) -> str:
+    """Markdown: per group, measured time of each model's plan pick over the best measured kernel (the
+    grid and both picks), and of the current model's pick among the grid alone; means per batch."""
+    meas = {(r["shape"], r["batch"], round(float(r["sparsity"]), 2)): r["all_us"] for r in bench["bench"]}
+    lines = ["| layer | B | sparsity | best µs (kernel) | now: pick µs, ratio | previous: pick µs, ratio | now, grid only: ratio |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    ratios: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    for g in spec["groups"]:
+        all_us = meas.get((g["shape"], g["batch"], round(float(g["level"]), 2)))
+        if not all_us:
+            continue
+        name = lambda tag: f"sconv_{g['shape']}_{tag}_b{g['batch']}"  # noqa: E731
+        best_name = min(all_us, key=all_us.get)
+        best = all_us[best_name]
+        t_now, t_prev = all_us.get(name(g["plan_now"]), math.nan), all_us.get(name(g["plan_previous"]), math.nan)
+        # the current model's choice among the grid alone (stages 1-2 first, as `report` scores)
+        rows = [{"shape": cm_shape(g), "config": KernelConfig.from_dict(dict(zip(("th", "tw", "tc", "threads", "nt"),
+                 _tag_ints(t)))), "batch": g["batch"], "level": g["level"], "us": all_us[name(t)]}
+                for t in g["grid"] if name(t) in all_us]
+        pred = predict(rows, "snn")
+        surv = survivors(rows, "snn")
+        cand = np.flatnonzero(surv & np.isfinite(pred)) if (surv & np.isfinite(pred)).any() else np.flatnonzero(np.isfinite(pred))
+        t_grid = rows[cand[np.argmin(pred[cand])]]["us"]
+        ratios[g["batch"]].append((t_now / best, t_prev / best, t_grid / min(r["us"] for r in rows)))
+        lines.append(f"| {g['layer']} | {g['batch']} | {g['level']} | {best:.1f} ({best_name.split('_', 6)[-1]}) | "
+                     f"{t_now:.1f} ({g['plan_now']}), {t_now / best:.2f} | {t_prev:.1f} ({g['plan_previous']}), "
+                     f"{t_prev / best:.2f} | {t_grid / min(r['us'] for r in rows):.2f} |")
+    lines += ["", "| batch | groups | now: mean ratio | previous: mean ratio | now, grid only |", "| --- | --- | --- | --- | --- |"]
+    every = []
+    for b, v in sorted(ratios.items()):
+        every += v
+        m = np.nanmean(np.array(v), axis=0)
+        lines.append(f"| {b} | {len(v)} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} |")
+    m = np.nanmean(np.array(every), axis=0)
+    lines.append(f"| all | {len(every)} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} |")
+    return "\n".join(lines)
+
+
+def cm_shape(g: dict) -> ConvShape:
+    r, pad = g["R"], (g["R"] - 1) // 2
+    return ConvShape(g["C"], g["N"], g["H"], g["H"], r, r, (1, 1), (pad, pad))
+
+
+def _tag_ints(tag: str) -> list[int]:
+    import re
+    return [int(x) for x in re.fullmatch(r"th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)", tag).groups()]
+
+
 # ---------------------------------------------------------------- fitting
 
 def fit(rows: list[dict], start: dict | None = None) -> dict:
@@ -270,6 +391,13 @@ def main() -> None:
     r = sub.add_parser("report")
     r.add_argument("--loso", action="store_true", help="also leave one shape out: fit without it, score it")
     r.add_argument("--groups", action="store_true", help="print every group's picks")
+    sub.add_parser("cv")
+    pk = sub.add_parser("picks")
+    pk.add_argument("--out", type=Path, required=True)
+    sp = sub.add_parser("scorepicks")
+    sp.add_argument("picks", type=Path)
+    sp.add_argument("bench", type=Path)
+    sp.add_argument("--md", type=Path, default=None)
     h = sub.add_parser("holdout")
     h.add_argument("json", nargs="+", type=Path, help="tools/check_kernels.py bench JSON files")
     a = p.parse_args()
@@ -286,7 +414,26 @@ def main() -> None:
                     print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | {s['mean_ratio']:.3f} | "
                           f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
         return
+    if a.cmd == "picks":
+        a.out.parent.mkdir(parents=True, exist_ok=True)
+        a.out.write_text(json.dumps(picks(), indent=1))
+        print(f"wrote {a.out}")
+        return
+    if a.cmd == "scorepicks":
+        md = score_picks(json.loads(a.picks.read_text()), json.loads(a.bench.read_text()))
+        print(md)
+        if a.md:
+            a.md.write_text(md + "\n")
+        return
     rows = dataset()
+    if a.cmd == "cv":
+        print("held out | constants fitted on the rest | pick ratio, stages 1-2 first / stage 3 alone")
+        for b in (8, 32):
+            test = [r for r in rows if r["sources"] == "run6" and r["batch"] == b]
+            c = fit([r for r in rows if not (r["sources"] == "run6" and r["batch"] == b)], cm.SNN_FIT)
+            print(f"run6 batch {b} | {_fmt(c)} | {by_batch(test, predict(test, 'snn', c), 'snn')}, "
+                  f"log rmse {log_rmse(test, predict(test, 'snn', c)):.3f}")
+        return
     if a.cmd == "dataset":
         write_csv(rows, a.out)
         src = defaultdict(int)
