@@ -106,7 +106,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1) -
                THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=kc, IH=ih, IW=iw,
                NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                MINB=min_blocks(shape, cfg, groups), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
-               TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], G=groups, SMEM=0)
+               TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], G=groups, VEC=False, SMEM=0)
     if groups > 1:  # a block covers G * tc channels; group g (threadIdx.y) the g-th tc of them
         geo.update(group_layout(shape, cfg, groups))
         geo["TILES_C"] = math.ceil(shape.C / (groups * cfg.tc))
@@ -125,15 +125,24 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 # ---------------------------------------------------------------- renderers
 
 
-def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1) -> str:
+def vec_eligible(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> bool:
+    """Thread-contiguous output channels (one 8/16-byte copy, load and store per tap/pixel): nt 2 or 4,
+    N a multiple of nt (a thread's channels are all in range or all out), one warp-group."""
+    return groups == 1 and cfg.nt in (2, 4) and shape.N % cfg.nt == 0
+
+
+def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1,
+                vec: bool = False) -> str:
     base = cfg.name(shape, batch)
+    if vec:
+        base = f"{base}_v"
     if groups > 1:
         base = f"{base}_g{groups}"
     return base if loop == "mask" else f"{base}_{loop}"
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1) -> EmittedKernel:
+                  groups: int = 1, vec: bool = False) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -148,8 +157,11 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         raise ValueError(f"loop must be one of {LOOPS}")
     check_config(shape, config)
     check_groups(shape, config, groups)
+    if vec and not vec_eligible(shape, config, groups):
+        raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
-    name = kernel_name(shape, batch, config, loop, groups)
+    g["VEC"] = vec
+    name = kernel_name(shape, batch, config, loop, groups, vec)
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]

@@ -397,6 +397,26 @@ def groups_table(rows) -> str:
     return "\n".join(lines)
 
 
+def vec_table(rows) -> str:
+    """Markdown: per layer, batch and level, the best nt 2/4 kernel each way, and the geometric mean of
+    vec / plain over every config timed both ways."""
+    lines = ["| layer | B | sparsity | best plain µs | best vec µs | vec / plain | pairs: geomean vec / plain | cuDNN FP32 µs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    every = []
+    for r in rows:
+        plain = {n: t for n, t in r["all_us"].items() if not n.endswith("_v")}
+        vec = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_v")}
+        pairs = [math.log(vec[n] / plain[n]) for n in vec if n in plain]
+        if not pairs:
+            continue
+        every += pairs
+        tp, tv = min(plain.values()), min(vec.values())
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {tp:.1f} | {tv:.1f} | {tv / tp:.3f} | "
+                     f"{math.exp(statistics.mean(pairs)):.3f} ({len(pairs)}) | {r['cudnn_fp32_us']:.1f} |")
+    lines.append(f"\nAll {len(every)} pairs: geomean vec / plain = {math.exp(statistics.mean(every)):.3f}")
+    return "\n".join(lines)
+
+
 def _parse_config(name: str) -> dict:
     import re
     m = re.search(r"_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)_b", name)
@@ -540,16 +560,23 @@ def table(after: dict, before: dict | None = None, levels=(0.5, 0.7, 0.9, 0.99))
 
 # ------------------------------------------------------------------ main
 
-def check_items(batches_extra=(3,)):
+def check_items(batches_extra=(3,), vec: bool = False):
+    """example_configs on every ResNet-50 conv shape, both loops, + batch 3; vec: the thread-contiguous
+    variant of the nt 2/4 ones (and of ragged / strided shapes), the others left out."""
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    shapes = net.conv_shapes()
+    if vec:
+        shapes += [ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0))]
     items = []
-    for sh in net.conv_shapes():
+    for sh in shapes:
         for i, cfg in enumerate(emit.example_configs(sh)):
+            if vec and not emit.vec_eligible(sh, cfg):
+                continue
             for loop in emit.LOOPS:
-                items.append((emit.render_sparse(sh, 1, cfg, loop=loop), sh, 1))
-            if i == 0:
+                items.append((emit.render_sparse(sh, 1, cfg, loop=loop, vec=vec), sh, 1))
+            if i == 0 or vec:
                 for b in batches_extra:
-                    items.append((emit.render_sparse(sh, b, cfg), sh, b))
+                    items.append((emit.render_sparse(sh, b, cfg, vec=vec), sh, b))
     return items
 
 
@@ -584,6 +611,9 @@ def main(argv=None):
     ap.add_argument("--candidates", type=Path, default=None,
                     help="bench: the layers, batches, levels and kernels of a `fit_costmodel.py picks` JSON "
                          "(its grid and both models' picks)")
+    ap.add_argument("--vec", action="store_true",
+                    help="thread-contiguous output channels: check those kernels; with --candidates bench the nt 2/4 "
+                         "configs both ways")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -593,7 +623,7 @@ def main(argv=None):
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
-    items = group_check_items() if a.groups else check_items()
+    items = group_check_items() if a.groups else check_items(vec=a.vec)
     coo = coo_items()
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
@@ -610,6 +640,11 @@ def main(argv=None):
         layers = [(lab, sh) for lab, sh in layers if any(k[0] == sh.tag() for k in tags)]
         bench_k = {(by_tag[t], b): [emit.render_sparse(by_tag[t], b, KernelConfig.from_dict(_parse_config(f"_{c}_b")))
                                     for c in sorted(cs)] for (t, b), cs in tags.items()}
+        if a.vec:  # the eligible configs both ways, nothing else
+            bench_k = {key: [k2 for k in ks for cfg in [KernelConfig.from_dict(_parse_config(k.name))]
+                             if emit.vec_eligible(key[0], cfg)
+                             for k2 in (k, emit.render_sparse(key[0], key[1], cfg, vec=True))]
+                       for key, ks in bench_k.items()}
     elif a.groups:
         run3 = best_of(RUN3_JSON) if RUN3_JSON.exists() else {}
         bench_k = {}
@@ -680,6 +715,10 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
+        if a.vec:
+            result["vec_table"] = vec_table(rows)
+            (a.out / "vec_table.md").write_text(result["vec_table"] + "\n")
+            print(result["vec_table"])
         if a.groups:
             result["groups_table"] = groups_table(rows)
             (a.out / "groups_table.md").write_text(result["groups_table"] + "\n")

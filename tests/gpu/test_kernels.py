@@ -64,3 +64,29 @@ def test_group_split_kernels_match_torch(driver, tmp_path_factory):
     rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
     bad = [r for r in rows if not r["ok"]]
     assert len(rows) == len(items) and not bad, bad[:5]
+
+
+def test_vec_kernels_match_torch_and_their_plain_twin(driver, tmp_path_factory):
+    """Thread-contiguous output channels (vec): against float64 (vector atomics where tc < C, ragged N and
+    strided shapes included), and bit for bit the plain kernel where one block owns all of C."""
+    from codegen import emit
+    items = ck.check_items(vec=True)
+    assert items and all(k.name.endswith(("_v", "_v_switch")) for k, *_ in items)
+    sh = ck.ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1))
+    cfg = ck.KernelConfig(4, 4, 128, 32, 4)
+    twins = (emit.render_sparse(sh, 2, cfg), emit.render_sparse(sh, 2, cfg, vec=True))
+    _load(driver, {k.name: k.source for k, *_ in items} | {k.name: k.source for k in twins}, tmp_path_factory)
+    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
+    bad = [r for r in rows if not r["ok"]]
+    assert len(rows) == len(items) and not bad, bad[:5]
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(7)
+    x = ck.relu_input(torch, (2, 28, 28, 128), 0.7, gen)
+    w = torch.randn((128, 3, 3, 128), generator=gen, device="cuda")
+    outs = []
+    for k in twins:
+        out = torch.full((2, 28, 28, 128), float("nan"), device="cuda")
+        driver.run_steps(k.steps, {"input": x, "weight": w, "output": out})
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert not torch.isnan(outs[1]).any() and torch.equal(outs[0], outs[1])

@@ -1,0 +1,43 @@
+"""Thread-contiguous output channels (vec): a thread's nt channels are adjacent, so a tap's weights come
+as one 8/16-byte cp.async and one vector shared load, and the outputs leave as one vector store or
+sm_90 vector atomic. Emitter contracts and nvcc (0 spills / 0 stack)."""
+import os
+import shutil
+
+import pytest
+from nvcc_units import compile_units
+
+from codegen import emit
+from codegen.config import KernelConfig
+from codegen.spec import ConvShape
+
+S3 = ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1))
+
+
+def test_vec_eligibility_and_name():
+    assert emit.vec_eligible(S3, KernelConfig(4, 4, 32, 32, 4)) and emit.vec_eligible(S3, KernelConfig(4, 8, 32, 64, 2))
+    assert not emit.vec_eligible(S3, KernelConfig(4, 8, 32, 64, 1))                          # nt 1: already adjacent
+    assert not emit.vec_eligible(ConvShape(20, 42, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 20, 32, 4))  # 42 % 4
+    assert not emit.vec_eligible(S3, KernelConfig(4, 8, 16, 64, 2), groups=2)
+    with pytest.raises(ValueError, match="vec"):
+        emit.render_sparse(S3, 1, KernelConfig(4, 8, 32, 64, 1), vec=True)
+    cfg = KernelConfig(4, 4, 32, 32, 4)
+    k, plain = emit.render_sparse(S3, 8, cfg, vec=True), emit.render_sparse(S3, 8, cfg)
+    assert k.name == plain.name + "_v" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
+    assert "snn_cp16(wmine + (slot * RS + rs) * THREADS * NT" in k.source and "float4* dst" in k.source
+    assert "atomicAdd(dst, v);" in k.source                  # tc 32 < C: vector atomics
+    whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2), vec=True)
+    assert "snn_cp8(" in whole.source and "*dst = v;" in whole.source and "atomicAdd" not in whole.source
+    ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4), vec=True)
+    assert "if (n0 >= N) continue;" in ragged.source and "n0 < N ? wp + rs * N : weight" in ragged.source
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
+def test_vec_kernels_compile_without_spills():
+    cases = [(S3, 32, KernelConfig(4, 4, 32, 32, 4)), (S3, 8, KernelConfig(4, 8, 128, 64, 2)),
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32, KernelConfig(4, 4, 128, 32, 4)),
+             (ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4))]
+    ks = [emit.render_sparse(sh, b, c, vec=True, loop=loop) for sh, b, c in cases for loop in emit.LOOPS]
+    report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))
+    assert set(report) == {k.name for k in ks}
+    assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
