@@ -442,6 +442,8 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
     rows = []
     for label, shape in layers:
         for batch in batches:
+            if not kernels.get((shape, batch)):  # e.g. --vec on a layer with no nt 2/4 config
+                continue
             w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
             w_ncrs = w.permute(3, 0, 1, 2).contiguous()
             xd = torch.randn((batch, shape.C, shape.H, shape.W), generator=gen, device="cuda").clamp_min(0)
