@@ -22,8 +22,10 @@ def test_vec_eligibility_and_name():
     with pytest.raises(ValueError, match="vec"):
         emit.render_sparse(S3, 1, KernelConfig(4, 8, 32, 64, 1), vec=True)
     cfg = KernelConfig(4, 4, 32, 32, 4)
-    k, plain = emit.render_sparse(S3, 8, cfg, vec=True), emit.render_sparse(S3, 8, cfg)
-    assert k.name == plain.name + "_v" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
+    k, plain = emit.render_sparse(S3, 8, cfg), emit.render_sparse(S3, 8, cfg, vec=False)  # vec is the default
+    assert k == emit.render_sparse(S3, 8, cfg, vec=True) and k.name == cfg.name(S3, 8)
+    assert plain.name == k.name + "_s" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
+    assert emit.render_sparse(S3, 8, KernelConfig(4, 8, 32, 64, 1), vec=False).name == KernelConfig(4, 8, 32, 64, 1).name(S3, 8)
     assert "snn_cp16(wmine + (slot * RS + rs) * THREADS * NT" in k.source and "float4* dst" in k.source
     assert "atomicAdd(dst, v);" in k.source                  # tc 32 < C: vector atomics
     whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2), vec=True)

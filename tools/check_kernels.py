@@ -404,8 +404,13 @@ def vec_table(rows) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     every = []
     for r in rows:
-        plain = {n: t for n, t in r["all_us"].items() if not n.endswith("_v")}
-        vec = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_v")}
+        # run9-vec named the vec kernels "_v" (vec was opt-in then); now the strided ones are "_s"
+        if any(n.endswith("_s") for n in r["all_us"]):
+            plain = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_s")}
+            vec = {n: t for n, t in r["all_us"].items() if not n.endswith("_s")}
+        else:
+            plain = {n: t for n, t in r["all_us"].items() if not n.endswith("_v")}
+            vec = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_v")}
         pairs = [math.log(vec[n] / plain[n]) for n in vec if n in plain]
         if not pairs:
             continue
@@ -574,11 +579,11 @@ def check_items(batches_extra=(3,), vec: bool = False):
         for i, cfg in enumerate(emit.example_configs(sh)):
             if vec and not emit.vec_eligible(sh, cfg):
                 continue
-            for loop in emit.LOOPS:
-                items.append((emit.render_sparse(sh, 1, cfg, loop=loop, vec=vec), sh, 1))
+            for loop in emit.LOOPS:  # vec=False: the default mapping (contiguous where eligible)
+                items.append((emit.render_sparse(sh, 1, cfg, loop=loop, vec=True if vec else None), sh, 1))
             if i == 0 or vec:
                 for b in batches_extra:
-                    items.append((emit.render_sparse(sh, b, cfg, vec=vec), sh, b))
+                    items.append((emit.render_sparse(sh, b, cfg, vec=True if vec else None), sh, b))
     return items
 
 
@@ -645,7 +650,7 @@ def main(argv=None):
         if a.vec:  # the eligible configs both ways, nothing else
             bench_k = {key: [k2 for k in ks for cfg in [KernelConfig.from_dict(_parse_config(k.name))]
                              if emit.vec_eligible(key[0], cfg)
-                             for k2 in (k, emit.render_sparse(key[0], key[1], cfg, vec=True))]
+                             for k2 in (k, emit.render_sparse(key[0], key[1], cfg, vec=False))]
                        for key, ks in bench_k.items()}
     elif a.groups:
         run3 = best_of(RUN3_JSON) if RUN3_JSON.exists() else {}
