@@ -579,7 +579,7 @@ def check_items(batches_extra=(3,), vec: bool = False):
         for i, cfg in enumerate(emit.example_configs(sh)):
             if vec and not emit.vec_eligible(sh, cfg):
                 continue
-            for loop in emit.LOOPS:  # vec=False: the default mapping (contiguous where eligible)
+            for loop in emit.LOOPS:  # without vec: each config's default mapping (contiguous where eligible)
                 items.append((emit.render_sparse(sh, 1, cfg, loop=loop, vec=True if vec else None), sh, 1))
             if i == 0 or vec:
                 for b in batches_extra:
