@@ -404,13 +404,9 @@ def vec_table(rows) -> str:
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     every = []
     for r in rows:
-        # run9-vec named the vec kernels "_v" (vec was opt-in then); now the strided ones are "_s"
-        if any(n.endswith("_s") for n in r["all_us"]):
-            plain = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_s")}
-            vec = {n: t for n, t in r["all_us"].items() if not n.endswith("_s")}
-        else:
-            plain = {n: t for n, t in r["all_us"].items() if not n.endswith("_v")}
-            vec = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_v")}
+        # the strided twins are named "_s" (run9-vec, made while vec was opt-in, named the vec ones "_v")
+        plain = {n[:-2]: t for n, t in r["all_us"].items() if n.endswith("_s")}
+        vec = {n: t for n, t in r["all_us"].items() if not n.endswith("_s")}
         pairs = [math.log(vec[n] / plain[n]) for n in vec if n in plain]
         if not pairs:
             continue

@@ -193,15 +193,19 @@ def _prepared(rows: list[dict], mod) -> list:
     return _PREP[key]
 
 
+def groups_by_batch(rows: list[dict]) -> dict[int, list[np.ndarray]]:
+    """groups(rows) split by batch, batches ascending (those with no group left out)."""
+    out: dict[int, list[np.ndarray]] = {}
+    for g in groups(rows):
+        out.setdefault(rows[g[0]]["batch"], []).append(g)
+    return dict(sorted(out.items()))
+
+
 def by_batch(rows: list[dict], pred: np.ndarray, model: str) -> str:
     """Mean pick ratio per batch: stages 1-2 first / stage 3 alone."""
-    surv, out = survivors(rows, model), []
-    for b in sorted({r["batch"] for r in rows}):
-        gb = [g for g in groups(rows) if rows[g[0]]["batch"] == b]
-        if gb:
-            out.append(f"batch {b}: {score(rows, pred, surv, gb)['mean_ratio']:.3f} / {score(rows, pred, None, gb)['mean_ratio']:.3f}"
-                       f" ({len(gb)} groups)")
-    return "; ".join(out)
+    surv = survivors(rows, model)
+    return "; ".join(f"batch {b}: {score(rows, pred, surv, gb)['mean_ratio']:.3f} / {score(rows, pred, None, gb)['mean_ratio']:.3f}"
+                     f" ({len(gb)} groups)" for b, gb in groups_by_batch(rows).items())
 
 
 def survivors(rows: list[dict], model: str, mod=cm) -> np.ndarray:
@@ -330,9 +334,8 @@ def score_picks(spec: dict, bench: dict) -> str:
         best = all_us[best_name]
         t_now, t_prev = all_us.get(name(g["plan_now"]), math.nan), all_us.get(name(g["plan_previous"]), math.nan)
         # the current model's choice among the grid alone (stages 1-2 first, as `report` scores)
-        rows = [{"shape": cm_shape(g), "config": KernelConfig.from_dict(dict(zip(("th", "tw", "tc", "threads", "nt"),
-                 _tag_ints(t)))), "batch": g["batch"], "level": g["level"], "us": all_us[name(t)]}
-                for t in g["grid"] if name(t) in all_us]
+        rows = [{"shape": sh, "config": c, "batch": g["batch"], "level": g["level"], "us": all_us[name(t)]}
+                for t in g["grid"] if name(t) in all_us for sh, c, _ in [parse_kernel(name(t))]]
         pred = predict(rows, "snn")
         surv = survivors(rows, "snn")
         cand = np.flatnonzero(surv & np.isfinite(pred)) if (surv & np.isfinite(pred)).any() else np.flatnonzero(np.isfinite(pred))
@@ -350,16 +353,6 @@ def score_picks(spec: dict, bench: dict) -> str:
     m = np.nanmean(np.array(every), axis=0)
     lines.append(f"| all | {len(every)} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} |")
     return "\n".join(lines)
-
-
-def cm_shape(g: dict) -> ConvShape:
-    r, pad = g["R"], (g["R"] - 1) // 2
-    return ConvShape(g["C"], g["N"], g["H"], g["H"], r, r, (1, 1), (pad, pad))
-
-
-def _tag_ints(tag: str) -> list[int]:
-    import re
-    return [int(x) for x in re.fullmatch(r"th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)", tag).groups()]
 
 
 # ---------------------------------------------------------------- fitting
@@ -408,8 +401,7 @@ def main() -> None:
         for model in ("snn", "pipes", "paper"):
             pred = predict(rows, model)
             for restrict in (False, True):
-                for b in sorted({r["batch"] for r in rows}):
-                    gb = [g for g in groups(rows) if rows[g[0]]["batch"] == b]
+                for b, gb in groups_by_batch(rows).items():
                     s = score(rows, pred, survivors(rows, model) if restrict else None, gb)
                     print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | {s['mean_ratio']:.3f} | "
                           f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
@@ -458,12 +450,10 @@ def main() -> None:
                 print(f"{label}{' (stages 1-2 first)' if restrict else ''} | {s['groups']} | {s['mean_ratio']:.3f} | "
                       f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f} | {log_rmse(rows, pred):.3f}")
                 if not restrict:  # by batch
-                    for b in sorted({r["batch"] for r in rows}):
-                        gb = [g for g in groups(rows) if rows[g[0]]["batch"] == b]
-                        if gb:
-                            sb = score(rows, pred, survivors(rows, model, mod), gb)
-                            print(f"    batch {b}, stages 1-2 first: {sb['groups']} groups, mean ratio "
-                                  f"{sb['mean_ratio']:.3f}, Spearman {sb['rho']:.3f}")
+                    for b, gb in groups_by_batch(rows).items():
+                        sb = score(rows, pred, survivors(rows, model, mod), gb)
+                        print(f"    batch {b}, stages 1-2 first: {sb['groups']} groups, mean ratio "
+                              f"{sb['mean_ratio']:.3f}, Spearman {sb['rho']:.3f}")
                 if a.groups and restrict:
                     for g in s["per"]:
                         print("   ", *g)
