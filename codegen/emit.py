@@ -126,9 +126,9 @@ def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
 
 
 def vec_eligible(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> bool:
-    """Thread-contiguous output channels (one 8/16-byte copy, load and store per tap/pixel): nt 2 or 4,
+    """Thread-contiguous output channels (8/16-byte copies, loads and stores per tap/pixel): nt 2, 4 or 8,
     N a multiple of nt (a thread's channels are all in range or all out), one warp-group."""
-    return groups == 1 and cfg.nt in (2, 4) and shape.N % cfg.nt == 0
+    return groups == 1 and cfg.nt in (2, 4, 8) and shape.N % cfg.nt == 0
 
 
 def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1,
@@ -142,7 +142,7 @@ def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "ma
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1, vec: bool | None = None) -> EmittedKernel:
+                  groups: int = 1, vec: bool | None = None, hoist: bool = False) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -167,13 +167,13 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
     g["VEC"] = vec
-    name = kernel_name(shape, batch, config, loop, groups, vec)
+    name = kernel_name(shape, batch, config, loop, groups, vec) + ("_h" if hoist else "")
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
     for p, wd, bit, _, _ in pixels:
         useful[wd] |= 1 << bit
-    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop,
+    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist,
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
     steps = []
     if g["TILES_C"] > 1:  # several blocks add into one output element

@@ -26,18 +26,41 @@ def test_vec_eligibility_and_name():
     assert k == emit.render_sparse(S3, 8, cfg, vec=True) and k.name == cfg.name(S3, 8)
     assert plain.name == k.name + "_s" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
     assert emit.render_sparse(S3, 8, KernelConfig(4, 8, 32, 64, 1), vec=False).name == KernelConfig(4, 8, 32, 64, 1).name(S3, 8)
-    assert "snn_cp16(wmine + (slot * RS + rs) * THREADS * NT" in k.source and "float4* dst" in k.source
-    assert "atomicAdd(dst, v);" in k.source                  # tc 32 < C: vector atomics
+    assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source and "float4* dst" in k.source
+    assert "atomicAdd(dst + 0, o0);" in k.source             # tc 32 < C: vector atomics
     whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2), vec=True)
-    assert "snn_cp8(" in whole.source and "*dst = v;" in whole.source and "atomicAdd" not in whole.source
+    assert "snn_cp8(" in whole.source and "dst[0] = o0;" in whole.source and "atomicAdd" not in whole.source
     ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4), vec=True)
-    assert "if (n0 >= N) continue;" in ragged.source and "n0 < N ? wp + rs * N : weight" in ragged.source
+    assert "if (n0 >= N) continue;" in ragged.source and "n0 < N ? wp + rs * N + 0 : weight" in ragged.source
+
+
+def test_vec_nt8_two_vectors_per_tap_and_pixel():
+    """nt 8: two float4 per tap (ring [slot][rs][vector][thread][4], so each vector load is conflict-free)
+    and two vector atomics per pixel; bodies of 8 FMAs stay branches (ptxas predicates 4-FMA ones)."""
+    sh = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    cfg = KernelConfig(1, 14, 128, 32, 8)
+    assert emit.vec_eligible(sh, cfg) and not emit.vec_eligible(ConvShape(64, 36, 8, 8, 1, 1, (1, 1), (0, 0)), cfg)
+    src = emit.render_sparse(sh, 32, cfg).source
+    for v in (0, 1):
+        assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {4 * v}, 16);" in src
+        assert f"atomicAdd(dst + {v}, o{v});" in src
+    assert "wr[rs][7] = w1.w;" in src and "float* const wmine = wring + threadIdx.x * 4;" in src
+
+
+def test_hoist_loads_every_used_pixel_before_the_tests():
+    cfg = KernelConfig(4, 4, 32, 32, 4)
+    plain, hoisted = emit.render_sparse(S3, 32, cfg), emit.render_sparse(S3, 32, cfg, hoist=True)
+    assert hoisted.name == plain.name + "_h" and hoisted.steps[-1]["grid"] == plain.steps[-1]["grid"]
+    assert hoisted.source.count("ld.volatile.shared.f32") == 36 and "const float v = xv35;" in hoisted.source
+    assert "ld.volatile" not in plain.source and "const float v = xc[35 * KC];" in plain.source
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
 def test_vec_kernels_compile_without_spills():
     cases = [(S3, 32, KernelConfig(4, 4, 32, 32, 4)), (S3, 8, KernelConfig(4, 8, 128, 64, 2)),
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32, KernelConfig(4, 4, 128, 32, 4)),
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32, KernelConfig(1, 14, 128, 32, 8)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), 1, KernelConfig(2, 4, 16, 32, 8)),
              (ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4))]
     ks = [emit.render_sparse(sh, b, c, vec=True, loop=loop) for sh, b, c in cases for loop in emit.LOOPS]
     report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))

@@ -297,6 +297,85 @@ def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
     return sorted(set(out))
 
 
+RUN9_JSON = ROOT / "docs" / "results" / "kernels" / "run9-vec" / "bench.json"
+RUN8_JSON = ROOT / "docs" / "results" / "kernels" / "run8-model" / "bench.json"
+
+
+def previous_best(paths=(RUN9_JSON, RUN8_JSON), top: int = 3) -> dict[tuple[str, int], list[KernelConfig]]:
+    """(shape tag, batch) -> the `top` configs with the lowest mean time over the levels of the first
+    bench JSON that timed that layer and batch (run9: the vec kernels; run8: every layer)."""
+    out: dict[tuple[str, int], list[KernelConfig]] = {}
+    for path in paths:
+        if not path.exists():
+            continue
+        times: dict[tuple[str, int], dict[str, list[float]]] = {}
+        for r in json.loads(path.read_text())["bench"]:
+            for name, t in r["all_us"].items():
+                if not name.endswith("_s"):  # the strided twins of run9
+                    times.setdefault((r["shape"], r["batch"]), {}).setdefault(name, []).append(t)
+        for key, per in times.items():
+            if key not in out:
+                ranked = sorted(per, key=lambda n: statistics.mean(per[n]))
+                out[key] = [KernelConfig.from_dict(_parse_config(n)) for n in ranked[:top]]
+    return out
+
+
+def nt8_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """Thread-contiguous nt 8 configs (v8): 8 output channels a thread, so a pixel's body is 8+ FMAs, which
+    ptxas keeps as a branch (4-FMA bodies it predicates: they issue for zero inputs too). Needs N >= 256."""
+    if shape.N % 8 or shape.N < 256:
+        return []
+    one = shape.R * shape.S == 1
+    tiles = [(1, 14), (1, 7), (2, 4)] if one else [(2, 4), (1, 7)]
+    tcs = [8, 16] if batch == 1 else [64, 128]
+    out = set()
+    for th, tw in tiles:
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        for threads in (32, 64):
+            if threads * 8 > shape.N or (threads > 32 and th * tw * 8 > 64):
+                continue
+            for tc in tcs:
+                if tc <= shape.C:
+                    out.add(KernelConfig(th, tw, tc, threads, 8))
+    return sorted(out)
+
+
+def inner_bench_kernels(layers, batches) -> dict:
+    """bench --inner: per layer and batch, the previous benches' best configs and the nt 8 ones, each with
+    and without hoisted value loads (render_sparse(hoist=True))."""
+    prev = previous_best()
+    out = {}
+    for _, sh in layers:
+        for b in batches:
+            cfgs = list(dict.fromkeys(prev.get((sh.tag(), b), []) + nt8_candidates(sh, b)))
+            out[(sh, b)] = [emit.render_sparse(sh, b, c, hoist=h) for c in cfgs for h in (False, True)]
+    return out
+
+
+def inner_table(rows) -> str:
+    """Markdown: per layer, batch and level, the best time of each family (previous best configs / nt 8,
+    plain / hoisted loads) against cuDNN."""
+    fams = [("previous", lambda n: "n8_" not in n and not n.endswith("_h")),
+            ("previous + hoist", lambda n: "n8_" not in n and n.endswith("_h")),
+            ("nt 8", lambda n: "n8_" in n and not n.endswith("_h")),
+            ("nt 8 + hoist", lambda n: "n8_" in n and n.endswith("_h"))]
+    lines = ["| layer | B | sparsity | " + " | ".join(f"{f} µs" for f, _ in fams) +
+             " | best / previous | best kernel | cuDNN FP32 µs | ×FP32 | cuDNN TF32 µs |",
+             "| --- | --- | --- |" + " --- |" * (len(fams) + 5)]
+    ratios = {}
+    for r in rows:
+        best = {f: min((t for n, t in r["all_us"].items() if sel(n)), default=math.nan) for f, sel in fams}
+        t = r["sparse_best_us"]
+        ratios.setdefault(r["batch"], []).append(math.log(t / best["previous"]))
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | " +
+                     " | ".join(f"{best[f]:.1f}" for f, _ in fams) +
+                     f" | {t / best['previous']:.3f} | {r['best_kernel'].split('_', 6)[-1]} | {r['cudnn_fp32_us']:.1f} | "
+                     f"{r['speedup_vs_fp32']:.2f} | {r['cudnn_tf32_us']:.1f} |")
+    for b, v in sorted(ratios.items()):
+        lines.append(f"\nbatch {b}: geomean best / previous best = {math.exp(statistics.mean(v)):.3f} over {len(v)} cells")
+    return "\n".join(lines)
+
+
 def _groups_feasible(shape: ConvShape, cfg: KernelConfig, g: int, max_threads: int = 512) -> bool:
     """Whether a G-group block of `cfg` is one default_groups could propose (threads, registers, smem)."""
     if g < 2 or g > emit.MAX_GROUPS or cfg.threads * g > max_threads:
@@ -580,6 +659,13 @@ def check_items(batches_extra=(3,), vec: bool = False):
             if i == 0 or vec:
                 for b in batches_extra:
                     items.append((emit.render_sparse(sh, b, cfg, vec=True if vec else None), sh, b))
+    if vec:  # nt 8 (two vectors a tap and pixel) and hoisted value loads, atomics and direct stores both
+        for sh in (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)),
+                   ConvShape(256, 512, 56, 56, 1, 1, (2, 2), (0, 0)), ConvShape(40, 256, 9, 11, 3, 3, (2, 2), (1, 1))):
+            for cfg in (KernelConfig(2, 4, min(32, sh.C), 32, 8), KernelConfig(1, 7, sh.C, 32, 8)):
+                cfg = KernelConfig(min(cfg.th, sh.P), min(cfg.tw, sh.Q), cfg.tc, cfg.threads, cfg.nt)
+                for hoist in (False, True):
+                    items.append((emit.render_sparse(sh, 3, cfg, hoist=hoist), sh, 3))
     return items
 
 
@@ -617,6 +703,9 @@ def main(argv=None):
     ap.add_argument("--vec", action="store_true",
                     help="thread-contiguous output channels: check those kernels; with --candidates bench the nt 2/4 "
                          "configs both ways")
+    ap.add_argument("--inner", action="store_true",
+                    help="bench the previous benches' best configs and nt 8 ones, each with and without hoisted "
+                         "value loads, on BENCH_LAYERS + the ResNet-152 1x1 layers (inner_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -631,7 +720,7 @@ def main(argv=None):
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
-    if a.groups or a.candidates:
+    if a.groups or a.candidates or a.inner:
         layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
     if a.candidates:
         spec = json.loads(a.candidates.read_text())
@@ -662,7 +751,9 @@ def main(argv=None):
                     k = emit.render_sparse(sh, b, cfg, loop="switch" if name.endswith("_switch") else "mask")
                     ks[k.name] = k
                 bench_k[(sh, b)] = list(ks.values())
-    if not (a.groups or a.candidates):
+    elif a.inner:
+        bench_k = inner_bench_kernels(layers, batches)
+    if not (a.groups or a.candidates or a.inner):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -722,6 +813,10 @@ def main(argv=None):
             result["vec_table"] = vec_table(rows)
             (a.out / "vec_table.md").write_text(result["vec_table"] + "\n")
             print(result["vec_table"])
+        if a.inner:
+            result["inner_table"] = inner_table(rows)
+            (a.out / "inner_table.md").write_text(result["inner_table"] + "\n")
+            print(result["inner_table"])
         if a.groups:
             result["groups_table"] = groups_table(rows)
             (a.out / "groups_table.md").write_text(result["groups_table"] + "\n")
