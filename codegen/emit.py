@@ -142,7 +142,8 @@ def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "ma
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1, vec: bool | None = None, hoist: bool = False) -> EmittedKernel:
+                  groups: int = 1, vec: bool | None = None, hoist: bool = False,
+                  wcache: str = "cg") -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -167,13 +168,15 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
     g["VEC"] = vec
-    name = kernel_name(shape, batch, config, loop, groups, vec) + ("_h" if hoist else "")
+    if wcache not in ("cg", "ca"):
+        raise ValueError("wcache must be 'cg' (weights bypass L1) or 'ca' (through L1)")
+    name = kernel_name(shape, batch, config, loop, groups, vec) + ("_h" if hoist else "") + ("_ca" if wcache == "ca" else "")
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
     for p, wd, bit, _, _ in pixels:
         useful[wd] |= 1 << bit
-    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist,
+    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist, wcache=wcache,
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
     steps = []
     if g["TILES_C"] > 1:  # several blocks add into one output element

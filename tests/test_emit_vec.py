@@ -27,24 +27,27 @@ def test_vec_eligibility_and_name():
     assert plain.name == k.name + "_s" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
     assert emit.render_sparse(S3, 8, KernelConfig(4, 8, 32, 64, 1), vec=False).name == KernelConfig(4, 8, 32, 64, 1).name(S3, 8)
     assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source and "float4* dst" in k.source
-    assert "atomicAdd(dst + 0, o0);" in k.source             # tc 32 < C: vector atomics
+    assert "atomicAdd(dst + 0 * THREADS, o0);" in k.source             # tc 32 < C: vector atomics
     whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2), vec=True)
-    assert "snn_cp8(" in whole.source and "dst[0] = o0;" in whole.source and "atomicAdd" not in whole.source
+    assert "snn_cp8(" in whole.source and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
     ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4), vec=True)
-    assert "if (n0 >= N) continue;" in ragged.source and "n0 < N ? wp + rs * N + 0 : weight" in ragged.source
+    assert "if (n0 + 0 * THREADS * 4 < N)" in ragged.source and "n0 + 0 * THREADS * 4 < N ? wp + rs * N + 0 * THREADS * 4 : weight" in ragged.source
 
 
 def test_vec_nt8_two_vectors_per_tap_and_pixel():
-    """nt 8: two float4 per tap (ring [slot][rs][vector][thread][4], so each vector load is conflict-free)
-    and two vector atomics per pixel; bodies of 8 FMAs stay branches (ptxas predicates 4-FMA ones)."""
+    """nt 8: two float4 per tap and pixel, vector v of thread t holding channels n0 + v*THREADS*4 + [0, 4) so that
+    each copy, load and atomic of a warp covers 512 contiguous bytes; bodies of 8 FMAs stay branches (ptxas
+    predicates 4-FMA ones)."""
     sh = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
     cfg = KernelConfig(1, 14, 128, 32, 8)
     assert emit.vec_eligible(sh, cfg) and not emit.vec_eligible(ConvShape(64, 36, 8, 8, 1, 1, (1, 1), (0, 0)), cfg)
     src = emit.render_sparse(sh, 32, cfg).source
     for v in (0, 1):
-        assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {4 * v}, 16);" in src
-        assert f"atomicAdd(dst + {v}, o{v});" in src
-    assert "wr[rs][7] = w1.w;" in src and "float* const wmine = wring + threadIdx.x * 4;" in src
+        assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {v} * THREADS * 4, 16);" in src
+        assert f"atomicAdd(dst + {v} * THREADS, o{v});" in src
+    ca = emit.render_sparse(sh, 32, cfg, wcache="ca")
+    assert ca.name.endswith("_ca") and "snn_cp16_ca(wmine" in ca.source and "snn_cp16_ca(wmine" not in src
+    assert "wr[rs][7] = w1.w;" in src and "const int n0 = tile_n * NB + threadIdx.x * 4;" in src
 
 
 def test_hoist_loads_every_used_pixel_before_the_tests():

@@ -341,24 +341,35 @@ def nt8_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
 
 
 def inner_bench_kernels(layers, batches) -> dict:
-    """bench --inner: per layer and batch, the previous benches' best configs and the nt 8 ones, each with
-    and without hoisted value loads (render_sparse(hoist=True))."""
+    """bench --inner: per layer and batch, the previous benches' best configs as they are, with hoisted value
+    loads (render_sparse(hoist=True)) and, where a thread copies 16-byte weight vectors, through L1
+    (wcache="ca"); and the nt 8 configs with weights through L2 only and through L1."""
     prev = previous_best()
     out = {}
     for _, sh in layers:
         for b in batches:
-            cfgs = list(dict.fromkeys(prev.get((sh.tag(), b), []) + nt8_candidates(sh, b)))
-            out[(sh, b)] = [emit.render_sparse(sh, b, c, hoist=h) for c in cfgs for h in (False, True)]
+            ks = {}
+            for c in prev.get((sh.tag(), b), []):
+                variants = [{}, {"hoist": True}] + ([{"wcache": "ca"}] if c.nt == 4 and emit.vec_eligible(sh, c) else [])
+                for kw in variants:
+                    k = emit.render_sparse(sh, b, c, **kw)
+                    ks[k.name] = k
+            for c in nt8_candidates(sh, b):
+                for kw in ({}, {"wcache": "ca"}):
+                    k = emit.render_sparse(sh, b, c, **kw)
+                    ks[k.name] = k
+            out[(sh, b)] = list(ks.values())
     return out
 
 
 def inner_table(rows) -> str:
-    """Markdown: per layer, batch and level, the best time of each family (previous best configs / nt 8,
-    plain / hoisted loads) against cuDNN."""
-    fams = [("previous", lambda n: "n8_" not in n and not n.endswith("_h")),
+    """Markdown: per layer, batch and level, the best time of each family (previous best configs as they are,
+    hoisted, weights through L1; nt 8 both ways) against cuDNN."""
+    fams = [("previous", lambda n: "n8_" not in n and not n.endswith(("_h", "_ca"))),
             ("previous + hoist", lambda n: "n8_" not in n and n.endswith("_h")),
-            ("nt 8", lambda n: "n8_" in n and not n.endswith("_h")),
-            ("nt 8 + hoist", lambda n: "n8_" in n and n.endswith("_h"))]
+            ("previous + L1 weights", lambda n: "n8_" not in n and n.endswith("_ca")),
+            ("nt 8", lambda n: "n8_" in n and not n.endswith("_ca")),
+            ("nt 8 + L1 weights", lambda n: "n8_" in n and n.endswith("_ca"))]
     lines = ["| layer | B | sparsity | " + " | ".join(f"{f} µs" for f, _ in fams) +
              " | best / previous | best kernel | cuDNN FP32 µs | ×FP32 | cuDNN TF32 µs |",
              "| --- | --- | --- |" + " --- |" * (len(fams) + 5)]
@@ -664,8 +675,8 @@ def check_items(batches_extra=(3,), vec: bool = False):
                    ConvShape(256, 512, 56, 56, 1, 1, (2, 2), (0, 0)), ConvShape(40, 256, 9, 11, 3, 3, (2, 2), (1, 1))):
             for cfg in (KernelConfig(2, 4, min(32, sh.C), 32, 8), KernelConfig(1, 7, sh.C, 32, 8)):
                 cfg = KernelConfig(min(cfg.th, sh.P), min(cfg.tw, sh.Q), cfg.tc, cfg.threads, cfg.nt)
-                for hoist in (False, True):
-                    items.append((emit.render_sparse(sh, 3, cfg, hoist=hoist), sh, 3))
+                for kw in ({}, {"hoist": True}, {"wcache": "ca"}):
+                    items.append((emit.render_sparse(sh, 3, cfg, **kw), sh, 3))
     return items
 
 
@@ -704,8 +715,8 @@ def main(argv=None):
                     help="thread-contiguous output channels: check those kernels; with --candidates bench the nt 2/4 "
                          "configs both ways")
     ap.add_argument("--inner", action="store_true",
-                    help="bench the previous benches' best configs and nt 8 ones, each with and without hoisted "
-                         "value loads, on BENCH_LAYERS + the ResNet-152 1x1 layers (inner_table.md)")
+                    help="bench the previous benches' best configs and nt 8 ones in the variants of inner_bench_kernels "
+                         "on BENCH_LAYERS + the ResNet-152 1x1 layers (inner_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)

@@ -44,14 +44,32 @@ CASES = [
     ("256@14 b1 4x8 tc8 t64n1", S3(256, 256, 14), 1, KernelConfig(4, 8, 8, 64, 1), 0.7),
 ]
 
+# SNN_PROFILE_CASES=v8: nt 8 (two float4 a tap and pixel) against the nt 2/4 twins it was meant to beat
+# (docs/perf-notes.md, v8), batch 32, sparsity 0.7.
+ONE = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+CASES_V8 = [
+    ("1x1 1024>256@14 1x14 tc128 t32n4", ONE, 32, KernelConfig(1, 14, 128, 32, 4), 0.7),
+    ("1x1 1024>256@14 1x14 tc128 t32n4 L1", ONE, 32, KernelConfig(1, 14, 128, 32, 4), 0.7, {"wcache": "ca"}),
+    ("1x1 1024>256@14 1x14 tc128 t32n8", ONE, 32, KernelConfig(1, 14, 128, 32, 8), 0.7),
+    ("1x1 1024>256@14 1x14 tc128 t32n8 L1", ONE, 32, KernelConfig(1, 14, 128, 32, 8), 0.7, {"wcache": "ca"}),
+    ("256@14 4x8 tc32 t64n2", S3(256, 256, 14), 32, KernelConfig(4, 8, 32, 64, 2), 0.7),
+    ("256@14 2x4 tc64 t32n8 L1", S3(256, 256, 14), 32, KernelConfig(2, 4, 64, 32, 8), 0.7, {"wcache": "ca"}),
+]
+if os.environ.get("SNN_PROFILE_CASES") == "v8":
+    CASES = CASES_V8
+
 SHOW = [("time us", "gpu__time_duration.sum", 1e-3), ("issue %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
         ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1),
-        ("L2 MB", "lts__t_bytes.sum", 1e-6), ("ffma/inst", None, 1)]
+        ("L2 MB", "lts__t_bytes.sum", 1e-6), ("ffma/inst", None, 1),
+        ("M inst", "smsp__inst_executed.sum", 1e-6),
+        ("smem conflicts M", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", 1e-6)]
 STALL = "smsp__average_warps_issue_stalled_"
 
 
 def kernels():
-    return [(label, emit.render_sparse(sh, b, cfg), sh, b, s) for label, sh, b, cfg, s in CASES]
+    """(label, kernel, shape, batch, sparsity); a case's optional sixth field holds render_sparse options."""
+    return [(label, emit.render_sparse(sh, b, cfg, **(rest[0] if rest else {})), sh, b, s)
+            for label, sh, b, cfg, s, *rest in CASES]
 
 
 def run():
