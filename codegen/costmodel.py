@@ -50,6 +50,9 @@ EDGE_WASTE_MAX = 0.15      # a tile size may pad P (or Q) by at most 15 %
 ACC_MAX = 64               # th*tw*nt fp32 accumulators per thread: keeps ptxas far from spilling
 THREADS = tuple(range(32, 257, 32))
 NT = (1, 2, 4)
+NT_WIDE = 8                # 1x1 convs also try 8 output channels a thread (two float4 a tap and pixel): their
+                           # pixel bodies (8 FMAs) stay branches where ptxas predicates 4-FMA ones, so zeros
+                           # cost no FMAs (docs/perf-notes.md, v8); 3x3 ones measured slower with it
 TC_MAX = 512
 N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
 
@@ -186,16 +189,18 @@ def tc_candidates(C: int) -> list[int]:
     return sorted(out)
 
 
-def channel_candidates(N: int) -> list[tuple[int, int]]:
-    """(threads, nt) pairs: threads a multiple of 32 in [32, 256], threads*nt padding N by <= 12.5 %."""
-    return [(t, nt) for t in THREADS for nt in NT if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
+def channel_candidates(N: int, wide: bool = False) -> list[tuple[int, int]]:
+    """(threads, nt) pairs: threads a multiple of 32 in [32, 256], threads*nt padding N by <= 12.5 %;
+    wide: nt NT_WIDE too (only N a multiple of it: a thread's channels are all in range or all out)."""
+    nts = NT + ((NT_WIDE,) if wide and N % NT_WIDE == 0 else ())
+    return [(t, nt) for t in THREADS for nt in nts if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
 
 
 @lru_cache(maxsize=4096)
 def _space(shape: ConvShape) -> dict[str, np.ndarray]:
     """Every config of config_space(shape), as parallel int64 arrays th, tw, tc, threads, nt."""
     ths, tws, tcs = tile_candidates(shape.P), tile_candidates(shape.Q), tc_candidates(shape.C)
-    chans = channel_candidates(shape.N)
+    chans = channel_candidates(shape.N, wide=shape.R * shape.S == 1)
     if not chans:  # N so small that even 32 threads pad it by more than 12.5 %
         chans = [(32, 1)]
     th, tw, tc, ch = np.meshgrid(ths, tws, tcs, np.arange(len(chans)), indexing="ij")

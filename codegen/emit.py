@@ -131,6 +131,18 @@ def vec_eligible(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> bool:
     return groups == 1 and cfg.nt in (2, 4, 8) and shape.N % cfg.nt == 0
 
 
+HOIST_REGS_MAX = 160  # accumulators + one channel's taps + hoisted values: 7x7-tile kernels past it spilled
+
+
+def hoist_default(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask") -> bool:
+    """Hoisted value loads by default: at batch 1 (latency-bound: 0.96x the time over 36 measured cells,
+    1.01x at batch 32, docs/results/kernels/run10-inner), with the mask loop, where the values' registers
+    fit beside the accumulators and taps."""
+    used = sum(1 for lst in tile_taps(shape, cfg) if lst)
+    need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + used
+    return batch == 1 and loop == "mask" and need <= HOIST_REGS_MAX
+
+
 def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "mask", groups: int = 1,
                 vec: bool | None = None) -> str:
     base = cfg.name(shape, batch)
@@ -142,8 +154,7 @@ def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "ma
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1, vec: bool | None = None, hoist: bool = False,
-                  wcache: str = "cg") -> EmittedKernel:
+                  groups: int = 1, vec: bool | None = None, hoist: bool | None = None) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -157,6 +168,9 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     one 8/16-byte cp.async and one vector shared load per tap, one vector store or sm_90 vector atomic
     per pixel. None (the default) = wherever vec_eligible (measured 0.93x the time over 488 configs,
     docs/results/kernels/run9-vec); False keeps the strided mapping (name suffix "_s").
+    hoist: load every used pixel's value of a channel before its first bit test: the
+    loads overlap instead of one shared-memory latency per non-zero pixel, at the cost of loading the
+    zeros too. None (the default) = hoist_default; the non-default choice is suffixed "_h" / "_nh".
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
@@ -168,15 +182,19 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
     g["VEC"] = vec
-    if wcache not in ("cg", "ca"):
-        raise ValueError("wcache must be 'cg' (weights bypass L1) or 'ca' (through L1)")
-    name = kernel_name(shape, batch, config, loop, groups, vec) + ("_h" if hoist else "") + ("_ca" if wcache == "ca" else "")
+    default_hoist = hoist_default(shape, batch, config, loop)
+    if hoist is None:
+        hoist = default_hoist
+    if hoist and loop != "mask":
+        raise ValueError("hoist applies to the mask loop only")
+    # like vec: the default variant keeps the config's name (the build's contract), the other is suffixed
+    name = kernel_name(shape, batch, config, loop, groups, vec) + ("" if hoist == default_hoist else "_h" if hoist else "_nh")
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
     for p, wd, bit, _, _ in pixels:
         useful[wd] |= 1 << bit
-    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist, wcache=wcache,
+    src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist,
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
     steps = []
     if g["TILES_C"] > 1:  # several blocks add into one output element

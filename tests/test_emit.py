@@ -35,7 +35,7 @@ def test_one_channel_tile_stores_directly_without_memset():
     k = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2))
     assert [s["op"] for s in k.steps] == ["launch"]
     assert k.steps[0]["grid"] == [4 * 2, 1, 8]
-    assert "atomicAdd(dst" not in k.source and "*dst = v;" in k.source  # nt 2: vector stores (vec)
+    assert "atomicAdd(dst" not in k.source and "dst[0 * THREADS] = o0;" in k.source  # nt 2: vector stores (vec)
     assert "*dst = acc" in emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2), vec=False).source
 
 

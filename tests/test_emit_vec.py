@@ -45,8 +45,7 @@ def test_vec_nt8_two_vectors_per_tap_and_pixel():
     for v in (0, 1):
         assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {v} * THREADS * 4, 16);" in src
         assert f"atomicAdd(dst + {v} * THREADS, o{v});" in src
-    ca = emit.render_sparse(sh, 32, cfg, wcache="ca")
-    assert ca.name.endswith("_ca") and "snn_cp16_ca(wmine" in ca.source and "snn_cp16_ca(wmine" not in src
+
     assert "wr[rs][7] = w1.w;" in src and "const int n0 = tile_n * NB + threadIdx.x * 4;" in src
 
 
@@ -54,6 +53,12 @@ def test_hoist_loads_every_used_pixel_before_the_tests():
     cfg = KernelConfig(4, 4, 32, 32, 4)
     plain, hoisted = emit.render_sparse(S3, 32, cfg), emit.render_sparse(S3, 32, cfg, hoist=True)
     assert hoisted.name == plain.name + "_h" and hoisted.steps[-1]["grid"] == plain.steps[-1]["grid"]
+    at1 = emit.render_sparse(S3, 1, cfg)                                        # hoisted: the default at batch 1
+    assert at1.name == cfg.name(S3, 1) and "ld.volatile.shared.f32" in at1.source
+    assert emit.render_sparse(S3, 1, cfg, hoist=False).name == cfg.name(S3, 1) + "_nh"
+    assert "ld.volatile" not in emit.render_sparse(S3, 1, cfg, loop="switch").source
+    with pytest.raises(ValueError, match="hoist"):
+        emit.render_sparse(S3, 1, cfg, loop="switch", hoist=True)
     assert hoisted.source.count("ld.volatile.shared.f32") == 36 and "const float v = xv35;" in hoisted.source
     assert "ld.volatile" not in plain.source and "const float v = xc[35 * KC];" in plain.source
 

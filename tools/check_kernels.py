@@ -341,21 +341,20 @@ def nt8_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
 
 
 def inner_bench_kernels(layers, batches) -> dict:
-    """bench --inner: per layer and batch, the previous benches' best configs as they are, with hoisted value
-    loads (render_sparse(hoist=True)) and, where a thread copies 16-byte weight vectors, through L1
-    (wcache="ca"); and the nt 8 configs with weights through L2 only and through L1."""
+    """bench --inner: per layer and batch, the previous benches' best configs and the nt 8 ones, each with
+    and without hoisted value loads. (Run10/run11 also timed nt 8 with its first channel mapping and weights
+    copied through L1: see their run.sh for the commits.)"""
     prev = previous_best()
     out = {}
     for _, sh in layers:
         for b in batches:
             ks = {}
             for c in prev.get((sh.tag(), b), []):
-                variants = [{}, {"hoist": True}] + ([{"wcache": "ca"}] if c.nt == 4 and emit.vec_eligible(sh, c) else [])
-                for kw in variants:
+                for kw in ({"hoist": False}, {"hoist": True}):
                     k = emit.render_sparse(sh, b, c, **kw)
                     ks[k.name] = k
             for c in nt8_candidates(sh, b):
-                for kw in ({}, {"wcache": "ca"}):
+                for kw in ({"hoist": False}, {"hoist": True}):
                     k = emit.render_sparse(sh, b, c, **kw)
                     ks[k.name] = k
             out[(sh, b)] = list(ks.values())
@@ -363,13 +362,16 @@ def inner_bench_kernels(layers, batches) -> dict:
 
 
 def inner_table(rows) -> str:
-    """Markdown: per layer, batch and level, the best time of each family (previous best configs as they are,
-    hoisted, weights through L1; nt 8 both ways) against cuDNN."""
+    """Markdown: per layer, batch and level, the best time of each family (previous best configs and nt 8 ones,
+    as they are / hoisted / weights through L1) against cuDNN."""
+    # hoisted: suffix "_h" at batch > 1; at batch 1 hoisting is the default and "_nh" marks the plain kernel
+    # (run10/run11 predate that default and named the hoisted ones "_h" at every batch)
     fams = [("previous", lambda n: "n8_" not in n and not n.endswith(("_h", "_ca"))),
             ("previous + hoist", lambda n: "n8_" not in n and n.endswith("_h")),
-            ("previous + L1 weights", lambda n: "n8_" not in n and n.endswith("_ca")),
-            ("nt 8", lambda n: "n8_" in n and not n.endswith("_ca")),
-            ("nt 8 + L1 weights", lambda n: "n8_" in n and n.endswith("_ca"))]
+            ("previous + L1 weights", lambda n: "n8_" not in n and n.endswith("_ca")),  # run11 only
+            ("nt 8", lambda n: "n8_" in n and not n.endswith(("_h", "_ca"))),
+            ("nt 8 + hoist", lambda n: "n8_" in n and n.endswith("_h")),
+            ("nt 8 + L1 weights", lambda n: "n8_" in n and n.endswith("_ca"))]  # run11 only
     lines = ["| layer | B | sparsity | " + " | ".join(f"{f} µs" for f, _ in fams) +
              " | best / previous | best kernel | cuDNN FP32 µs | ×FP32 | cuDNN TF32 µs |",
              "| --- | --- | --- |" + " --- |" * (len(fams) + 5)]
@@ -675,8 +677,8 @@ def check_items(batches_extra=(3,), vec: bool = False):
                    ConvShape(256, 512, 56, 56, 1, 1, (2, 2), (0, 0)), ConvShape(40, 256, 9, 11, 3, 3, (2, 2), (1, 1))):
             for cfg in (KernelConfig(2, 4, min(32, sh.C), 32, 8), KernelConfig(1, 7, sh.C, 32, 8)):
                 cfg = KernelConfig(min(cfg.th, sh.P), min(cfg.tw, sh.Q), cfg.tc, cfg.threads, cfg.nt)
-                for kw in ({}, {"hoist": True}, {"wcache": "ca"}):
-                    items.append((emit.render_sparse(sh, 3, cfg, **kw), sh, 3))
+                for hoist in (False, True):
+                    items.append((emit.render_sparse(sh, 3, cfg, hoist=hoist), sh, 3))
     return items
 
 
