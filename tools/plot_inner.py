@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Plot a `check_kernels.py bench --inner` JSON: per layer at one level, the best previous-config kernel,
+the best nt 8 one and cuDNN FP32 / TF32, one panel per batch.
+
+    python tools/plot_inner.py docs/results/kernels/run11-l1/bench/bench.json --level 0.7 --out PNG
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", type=Path)
+    ap.add_argument("--level", type=float, default=0.7)
+    ap.add_argument("--out", type=Path, required=True)
+    a = ap.parse_args()
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in json.loads(a.json.read_text())["bench"] if r["sparsity"] == a.level]
+    batches = sorted({r["batch"] for r in rows})
+    fig, axes = plt.subplots(1, len(batches), figsize=(7 * len(batches), 5), squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        sel = [r for r in rows if r["batch"] == b]
+        series = {
+            "previous best configs": [min((t for n, t in r["all_us"].items() if "n8_" not in n and not n.endswith(("_h", "_ca"))), default=float("nan")) for r in sel],
+            "nt 8": [min((t for n, t in r["all_us"].items() if "n8_" in n and not n.endswith(("_h", "_ca"))), default=float("nan")) for r in sel],
+            "cuDNN FP32": [r["cudnn_fp32_us"] for r in sel],
+            "cuDNN TF32": [r["cudnn_tf32_us"] for r in sel],
+        }
+        x = range(len(sel))
+        w = 0.2
+        for i, (lab, ys) in enumerate(series.items()):
+            ax.bar([xi + (i - 1.5) * w for xi in x], ys, w, label=lab)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([r["layer"].replace("resnet152 ", "").replace("densenet201 ", "DN ") for r in sel],
+                           rotation=60, ha="right", fontsize=8)
+        ax.set_ylabel("µs (median, L2 flushed)")
+        ax.set_title(f"batch {b}, sparsity {a.level}")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(a.out, dpi=110)
+
+
+if __name__ == "__main__":
+    main()
