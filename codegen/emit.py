@@ -154,7 +154,8 @@ def kernel_name(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "ma
 
 
 def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: str = "mask",
-                  groups: int = 1, vec: bool | None = None, hoist: bool | None = None) -> EmittedKernel:
+                  groups: int = 1, vec: bool | None = None, hoist: bool | None = None,
+                  wd: int | None = None, kc: int | None = None) -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config).
 
     loop: how a channel's non-zero pixels are visited. "mask": an unrolled pass over all in-tile
@@ -171,6 +172,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     hoist: load every used pixel's value of a channel before its first bit test: the
     loads overlap instead of one shared-memory latency per non-zero pixel, at the cost of loading the
     zeros too. None (the default) = hoist_default; the non-default choice is suffixed "_h" / "_nh".
+    wd, kc: weight ring depth and channels staged per chunk other than kernel_rules' (experiments; suffixed
+    "_wdN" / "_kcN").
     """
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
@@ -182,13 +185,27 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
     g["VEC"] = vec
+    tuned = ""  # WD / KC other than kernel_rules': experiments (tools/check_kernels.py), named by suffix
+    if wd is not None and wd != g["WD"]:
+        if groups > 1 or not 1 <= wd <= config.tc:
+            raise ValueError(f"{config.tag()}: wd must be in [1, tc] and groups 1")
+        g["WD"], tuned = wd, tuned + f"_wd{wd}"
+    if kc is not None and kc != g["KC"]:
+        if groups > 1 or config.tc % kc:
+            raise ValueError(f"{config.tag()}: kc must divide tc, groups 1")
+        g["KC"], tuned = kc, tuned + f"_kc{kc}"
+    if tuned:
+        smem = 4 * (g["NPIX"] * g["KC"] + g["KC"] * g["NWORDS"] + g["WD"] * g["R"] * g["S"] * g["NB"])
+        if smem > STATIC_SMEM_LIMIT:
+            raise ValueError(f"{config.tag()}{tuned}: {smem} bytes of static shared memory > {STATIC_SMEM_LIMIT}")
     default_hoist = hoist_default(shape, batch, config, loop)
     if hoist is None:
         hoist = default_hoist
     if hoist and loop != "mask":
         raise ValueError("hoist applies to the mask loop only")
     # like vec: the default variant keeps the config's name (the build's contract), the other is suffixed
-    name = kernel_name(shape, batch, config, loop, groups, vec) + ("" if hoist == default_hoist else "_h" if hoist else "_nh")
+    name = (kernel_name(shape, batch, config, loop, groups, vec) + ("" if hoist == default_hoist else "_h" if hoist else "_nh")
+            + tuned)
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
