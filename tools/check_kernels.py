@@ -361,6 +361,50 @@ def inner_bench_kernels(layers, batches) -> dict:
     return out
 
 
+ONE_BY_ONE_LAYERS = GROUP_EXTRA_LAYERS + [("resnet152 1x1 2048->512 @7", 2048, 512, 7),
+                                         ("resnet152 1x1 512->2048 @7", 512, 2048, 7)]
+
+
+def tune1x1_kernels(layers, batches) -> dict:
+    """bench --tune1x1: around the nt 8 winner of run11 (1x7 tiles, tc 128, 32 threads, nt 8), one factor at
+    a time (tile, threads, tc, hoisted loads, weight ring depth, channels per chunk) and a few combinations,
+    plus the nt 4 1x14 kernel that won before, on the ResNet-152 1x1 layers."""
+    out = {}
+    for _, sh in layers:
+        for b in batches:
+            base = KernelConfig(1, min(7, sh.Q), 128, 32, 8)
+            variants = [(base, {}), (base, {"hoist": True}), (base, {"wd": 8}), (base, {"wd": 16}),
+                        (base, {"kc": 64}), (base, {"kc": 128}), (base, {"hoist": True, "wd": 16}),
+                        (base, {"hoist": True, "wd": 16, "kc": 64})]
+            for tile in ((2, 4), (1, 4), (2, 7), (1, 14)):
+                variants.append((KernelConfig(min(tile[0], sh.P), min(tile[1], sh.Q), 128, 32, 8), {}))
+            variants += [(KernelConfig(1, min(7, sh.Q), 128, 64, 8), {}), (KernelConfig(1, min(7, sh.Q), 64, 32, 8), {}),
+                         (KernelConfig(1, min(7, sh.Q), 256, 32, 8), {})]
+            four = KernelConfig(1, min(14, sh.Q), 128, 32, 4)
+            variants += [(four, {}), (four, {"wd": 16}), (four, {"hoist": True})]
+            ks = {}
+            for cfg, kw in variants:
+                if cfg.tc > sh.C or cfg.threads * cfg.nt > sh.N:
+                    continue
+                try:
+                    k = emit.render_sparse(sh, b, cfg, **kw)
+                except ValueError:  # e.g. the ring or chunk past the shared-memory budget
+                    continue
+                ks[k.name] = k
+            out[(sh, b)] = list(ks.values())
+    return out
+
+
+def top_table(rows, top: int = 6) -> str:
+    """Markdown: per layer, batch and level, cuDNN and the `top` fastest kernels (name tail and µs)."""
+    lines = ["| layer | B | sparsity | cuDNN FP32 µs | TF32 µs | fastest kernels (µs) |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        best = sorted(r["all_us"].items(), key=lambda x: x[1])[:top]
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {r['cudnn_fp32_us']:.1f} | {r['cudnn_tf32_us']:.1f} | "
+                     + ", ".join(f"{n.split('_', 6)[-1]} {t:.1f}" for n, t in best) + " |")
+    return "\n".join(lines)
+
+
 def inner_table(rows) -> str:
     """Markdown: per layer, batch and level, the best time of each family (previous best configs and nt 8 ones,
     as they are / hoisted / weights through L1) against cuDNN."""
@@ -719,6 +763,8 @@ def main(argv=None):
     ap.add_argument("--inner", action="store_true",
                     help="bench the previous benches' best configs and nt 8 ones in the variants of inner_bench_kernels "
                          "on BENCH_LAYERS + the ResNet-152 1x1 layers (inner_table.md)")
+    ap.add_argument("--tune1x1", action="store_true",
+                    help="bench tune1x1_kernels on the ResNet-152 1x1 layers (top_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -733,7 +779,9 @@ def main(argv=None):
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in BENCH_LAYERS]
-    if a.groups or a.candidates or a.inner:
+    if a.tune1x1:
+        layers = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ONE_BY_ONE_LAYERS]
+    elif a.groups or a.candidates or a.inner:
         layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
     if a.candidates:
         spec = json.loads(a.candidates.read_text())
@@ -766,7 +814,9 @@ def main(argv=None):
                 bench_k[(sh, b)] = list(ks.values())
     elif a.inner:
         bench_k = inner_bench_kernels(layers, batches)
-    if not (a.groups or a.candidates or a.inner):
+    elif a.tune1x1:
+        bench_k = tune1x1_kernels(layers, batches)
+    if not (a.groups or a.candidates or a.inner or a.tune1x1):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -826,6 +876,10 @@ def main(argv=None):
             result["vec_table"] = vec_table(rows)
             (a.out / "vec_table.md").write_text(result["vec_table"] + "\n")
             print(result["vec_table"])
+        if a.tune1x1:
+            result["top_table"] = top_table(rows)
+            (a.out / "top_table.md").write_text(result["top_table"] + "\n")
+            print(result["top_table"])
         if a.inner:
             result["inner_table"] = inner_table(rows)
             (a.out / "inner_table.md").write_text(result["inner_table"] + "\n")
