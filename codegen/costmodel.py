@@ -68,7 +68,9 @@ OCCUPANCY_MIN = 0.5
 OCCUPANCY_MIN_BATCHED = 0.25  # "snn" at batch > 1: the batch brings the parallelism, and its fastest kernels
                               # (more output channels per thread, bigger tiles) sit at 30-40 % occupancy
                               # (docs/costmodel.md, "Batch > 1: held-out measurements")
-STAGE2_KEEP = 1 / 3
+STAGE2_KEEP = 1 / 3          # the paper's stage 2
+STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more spatial tiles, more weight
+                             # re-reads) that measured fastest at batch 8/32 (docs/costmodel.md, "nt 8")
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
 # ---- "pipes" model constants: the stage 3 used before the fit (kept selectable: on the H100 its picks ran
@@ -298,6 +300,24 @@ def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple
     return tiles, real_in, int(hit.sum()), int(hit[:n_out].sum())
 
 
+PRED_FMA_MAX = 4  # ptxas if-converts a pixel body of <= 4 FMAs: it issues for zero inputs too (perf-notes, v8)
+
+
+@lru_cache(maxsize=None)
+def _taps_per_input(t: int, k: int, stride: int) -> tuple[int, ...]:
+    """For each input row of a tile of t outputs: how many (output, tap) pairs of the tile it feeds."""
+    return tuple(sum(1 for r in range(k) if iy >= r and (iy - r) % stride == 0 and (iy - r) // stride < t)
+                 for iy in range((t - 1) * stride + k))
+
+
+@lru_cache(maxsize=None)
+def _predicated_share(th: int, tw: int, nt: int, R: int, S: int, sh: int, sw: int) -> float:
+    """Share of a register tile's (output, tap) pairs whose in-tile pixel body has <= PRED_FMA_MAX FMAs
+    (the SASS of 7x7 nt 1 and 4x4 nt 4 tiles has exactly that many predicated FFMAs: 96 and 16)."""
+    per_pixel = np.outer(_taps_per_input(th, R, sh), _taps_per_input(tw, S, sw))
+    return float(per_pixel[per_pixel * nt <= PRED_FMA_MAX].sum() / per_pixel.sum())
+
+
 def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
     """Per config (parallel arrays): block counts, per-block averages and the resource estimate;
     nothing here depends on the GPU, the batch or the level."""
@@ -324,6 +344,8 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
         "regs": regs, "smem": smem, "buildable": buildable, "npix": npix,  # in-tile pixels the mask loop tests
+        "pred": np.array([_predicated_share(a, b, n, shape.R, shape.S, *shape.stride)
+                          for a, b, n in zip(th.tolist(), tw.tolist(), nt.tolist())]),
     }
 
 
@@ -409,7 +431,7 @@ def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
     s1 = _stage1(shape, gpu, occupancy_min(model, batch))
     idx1 = s1["idx"]
     dm = _data_movement(shape, _space_table(shape), batch, density, model, idx1)
-    keep = max(1, math.ceil(len(idx1) * STAGE2_KEEP))
+    keep = max(1, math.ceil(len(idx1) * (STAGE2_KEEP_SNN if model == "snn" else STAGE2_KEEP)))
     order = np.lexsort((idx1, -s1["occ"][idx1], dm))  # least data movement; ties: higher occupancy, then space order
     return idx1[order[:keep]], idx1, dm
 
@@ -494,10 +516,12 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     k_ = {**SNN_FIT, **(consts or {})}
     clk = gpu.boost_clock_mhz * 1e6
     f = tab["nt"][idx] * tab["pairs_sp"][idx] * density          # FMAs per thread and channel (whole tile)
+    pred = tab["pred"][idx]                                       # predicated bodies issue at any density
+    f_issued = tab["nt"][idx] * tab["pairs_sp"][idx] * (pred + (1.0 - pred) * density)
     npix = tab["npix"][idx]
     lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
     ins = warps * (k_["ch_ins"] + k_["w_ins"] * shape.R * shape.S * tab["nt"][idx]
-                   + k_["pix_ins"] * npix + f)                       # warp instructions per channel and block
+                   + k_["pix_ins"] * npix + f_issued)                # warp instructions per channel and block
 
     out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
 
