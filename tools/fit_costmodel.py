@@ -146,7 +146,7 @@ def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
 
 
 BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
-PREVIOUS = "2aa4a42"  # the fitted model before the batch > 1 revision (stage 1 at 50 %, max(latency, issue))
+PREVIOUS = "77428b3"  # session 3's final model (before nt 8, the predicated-body term, stage 2 keeping half)
 
 
 def before_model(commit: str = BEFORE):
@@ -274,15 +274,19 @@ PICK_BATCHES, PICK_LEVELS = (1, 8, 32), (0.6, 0.8)
 def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     """The 'exhaustive' reference grid of `picks`: tiles 4x4/4x8/7x7/8x8, 32-128 threads x nt 1-4
     (NB <= max(N, 32), <= 64 accumulators), tc 8/32 at batch 1 and 32/64 at batch > 1 (run6 had
-    only min(C, 128)); configs the emitter cannot build are left out."""
+    only min(C, 128)); for 1x1 convs also 1x7/2x4/1x14 tiles, nt 8 and tc 128 at batch > 1 (where run11
+    and run12 found their fastest kernels); configs the emitter cannot build are left out."""
     from codegen import emit
+    one = shape.R * shape.S == 1
+    tiles = ((4, 4), (4, 8), (7, 7), (8, 8)) + (((1, 7), (2, 4), (1, 14)) if one else ())
+    chans = ((32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)) + (((32, 8), (64, 8)) if one else ())
     out = []
-    for th, tw in ((4, 4), (4, 8), (7, 7), (8, 8)):
+    for th, tw in tiles:
         th, tw = min(th, shape.P), min(tw, shape.Q)
-        for threads, nt in ((32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)):
-            for tc in ((8, 32) if batch == 1 else (32, 64)):
+        for threads, nt in chans:
+            for tc in ((8, 32) if batch == 1 else (32, 64, 128) if one else (32, 64)):
                 c = KernelConfig(th, tw, min(tc, shape.C), threads, nt)
-                if threads * nt > max(shape.N, 32) or th * tw * nt > 64:
+                if threads * nt > max(shape.N, 32) or th * tw * nt > (112 if one else 64) or shape.N % nt:
                     continue
                 try:
                     emit.check_config(shape, c)
