@@ -182,7 +182,7 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     if vec is None:
         vec = vec_eligible(shape, config, groups)
     if vec and not vec_eligible(shape, config, groups):
-        raise ValueError(f"{config.tag()}: vec needs nt 2 or 4, N % nt == 0 and groups 1")
+        raise ValueError(f"{config.tag()}: vec needs nt 2, 4 or 8, N % nt == 0 and groups 1")
     g = geometry(shape, batch, config, groups)
     g["VEC"] = vec
     tuned = ""  # WD / KC other than kernel_rules': experiments (tools/check_kernels.py), named by suffix
@@ -198,7 +198,7 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
         smem = 4 * (g["NPIX"] * g["KC"] + g["KC"] * g["NWORDS"] + g["WD"] * g["R"] * g["S"] * g["NB"])
         if smem > STATIC_SMEM_LIMIT:
             raise ValueError(f"{config.tag()}{tuned}: {smem} bytes of static shared memory > {STATIC_SMEM_LIMIT}")
-    default_hoist = hoist_default(shape, batch, config, loop)
+    default_hoist = groups == 1 and hoist_default(shape, batch, config, loop)  # G > 1: measured without
     if hoist is None:
         hoist = default_hoist
     if hoist and loop != "mask":
