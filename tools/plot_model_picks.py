@@ -2,7 +2,9 @@
 """Plot of a `fit_costmodel.py scorepicks` table: measured time of each model's pick over the best measured
 kernel, per layer, batch and level (docs/results/kernels/run8-model).
 
-    python tools/plot_model_picks.py docs/results/kernels/run8-model/scorepicks.md docs/results/kernels/run8-model/picks.png
+    python tools/plot_model_picks.py SCOREPICKS.md PICKS.png [PREVIOUS_LABEL]
+
+PREVIOUS_LABEL names the previous model (default "2aa4a42", run8's; run13 used "77428b3").
 """
 import re
 import sys
@@ -12,7 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
-def main(md: str, png: str) -> None:
+def main(md: str, png: str, previous: str = "2aa4a42") -> None:
     rows = []
     for line in open(md):
         m = re.match(r"\| (.+?) \| (\d+) \| ([\d.]+) \| [^|]+ \| [^|]*, ([\d.]+) \| [^|]*, ([\d.]+) \| ([\d.]+) \|", line)
@@ -22,7 +24,7 @@ def main(md: str, png: str) -> None:
     for ax, b in zip(axes, (1, 8, 32)):
         sel = [r for r in rows if r[1] == b]
         x = range(len(sel))
-        ax.bar([i - 0.2 for i in x], [r[4] for r in sel], 0.4, label="previous model (2aa4a42)", color="#bbbbbb")
+        ax.bar([i - 0.2 for i in x], [r[4] for r in sel], 0.4, label=f"previous model ({previous})", color="#bbbbbb")
         ax.bar([i + 0.2 for i in x], [r[3] for r in sel], 0.4, label="this model", color="#1f77b4")
         ax.axhline(1.1, color="red", lw=0.8, ls="--", label="10 % over the best")
         ax.set_xticks(list(x), [f"{r[0].split(' ', 1)[1]} s{r[2]}" for r in sel], rotation=90, fontsize=7)
@@ -35,4 +37,4 @@ def main(md: str, png: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(*sys.argv[1:4])
