@@ -409,19 +409,23 @@ def inner_table(rows) -> str:
     """Markdown: per layer, batch and level, the best time of each family (previous best configs and nt 8 ones,
     as they are / hoisted / weights through L1) against cuDNN."""
     # hoisted: suffix "_h" at batch > 1; at batch 1 hoisting is the default and "_nh" marks the plain kernel
-    # (run10/run11 predate that default and named the hoisted ones "_h" at every batch)
-    fams = [("previous", lambda n: "n8_" not in n and not n.endswith(("_h", "_ca"))),
-            ("previous + hoist", lambda n: "n8_" not in n and n.endswith("_h")),
-            ("previous + L1 weights", lambda n: "n8_" not in n and n.endswith("_ca")),  # run11 only
-            ("nt 8", lambda n: "n8_" in n and not n.endswith(("_h", "_ca"))),
-            ("nt 8 + hoist", lambda n: "n8_" in n and n.endswith("_h")),
-            ("nt 8 + L1 weights", lambda n: "n8_" in n and n.endswith("_ca"))]  # run11 only
+    # (run10/run11 predate that default and named the hoisted ones "_h" at every batch: their tables were
+    # made with that naming)
+    def hoisted(n, b):
+        return n.endswith("_h") or (b == 1 and "_b1" in n and not n.endswith(("_nh", "_ca")))
+
+    fams = [("previous", lambda n, b: "n8_" not in n and not hoisted(n, b) and not n.endswith("_ca")),
+            ("previous + hoist", lambda n, b: "n8_" not in n and hoisted(n, b)),
+            ("previous + L1 weights", lambda n, b: "n8_" not in n and n.endswith("_ca")),  # run11 only
+            ("nt 8", lambda n, b: "n8_" in n and not hoisted(n, b) and not n.endswith("_ca")),
+            ("nt 8 + hoist", lambda n, b: "n8_" in n and hoisted(n, b)),
+            ("nt 8 + L1 weights", lambda n, b: "n8_" in n and n.endswith("_ca"))]  # run11 only
     lines = ["| layer | B | sparsity | " + " | ".join(f"{f} µs" for f, _ in fams) +
              " | best / previous | best kernel | cuDNN FP32 µs | ×FP32 | cuDNN TF32 µs |",
              "| --- | --- | --- |" + " --- |" * (len(fams) + 5)]
     ratios = {}
     for r in rows:
-        best = {f: min((t for n, t in r["all_us"].items() if sel(n)), default=math.nan) for f, sel in fams}
+        best = {f: min((t for n, t in r["all_us"].items() if sel(n, r["batch"])), default=math.nan) for f, sel in fams}
         t = r["sparse_best_us"]
         ratios.setdefault(r["batch"], []).append(math.log(t / best["previous"]))
         lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | " +
