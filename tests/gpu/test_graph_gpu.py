@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from logits_check import check_close  # noqa: E402
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 torchvision = pytest.importorskip("torchvision")
@@ -38,12 +39,6 @@ def exact_fp32():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
 
-
-def _check_close(logits, ref, rtol=1e-4):
-    err = ((logits.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
-    assert err < rtol, err
-    assert torch.equal(logits.topk(5).indices, ref.topk(5).indices)
-    return err
 
 
 def _photos(n):
@@ -205,8 +200,8 @@ def test_graph_matches_eager_and_torchvision(name, batch):
             eager_trace = {t.name: t for t in ex.last_trace}
             runner = GraphRunner(ex, dev)
             out = runner.forward(x)
-            _check_close(out, ref)
-            _check_close(out, eager)
+            check_close(out, ref)
+            check_close(out, eager)
             assert _check_branches(runner, ex, cache, batch) > 0
             for t in ex.last_trace:  # the graph counts what the eager pass counted (atomics: same zeros)
                 if t.sparsity is not None and eager_trace[t.name].sparsity is not None:
@@ -214,7 +209,7 @@ def test_graph_matches_eager_and_torchvision(name, batch):
             if force == "sparse":
                 assert all(t.path == "sparse" for t in ex.last_trace if t.sparsity is not None)
             out2 = runner.forward(x)  # a second replay: same graph, same answer
-            _check_close(out2, ref)
+            check_close(out2, ref)
             assert runner.captures == 1
 
 
@@ -252,7 +247,7 @@ def test_path_follows_sparsity_without_recapture():
         seen = []
         for x, ref in ((a, ref_a), (b, ref_b), (a, ref_a)):
             out = runner.forward(x)
-            _check_close(out, ref)
+            check_close(out, ref)
             _check_branches(runner, ex, cache2, batch)
             seen.append({t.name: t.path for t in ex.last_trace if t.sparsity is not None})
         assert runner.captures == 1

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from logits_check import check_close  # noqa: E402
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 torchvision = pytest.importorskip("torchvision")
@@ -159,12 +160,6 @@ def _photos(n, seed=0):
     return torch.stack(out)
 
 
-def _check_close(logits, ref, rtol=1e-4):
-    err = ((logits.double() - ref.double()).abs().max() / ref.double().abs().max()).item()
-    assert err < rtol, err
-    assert torch.equal(logits.topk(5).indices, ref.topk(5).indices)
-    return err
-
 
 @pytest.fixture(scope="module")
 def resnet50(tmp_path_factory):
@@ -201,7 +196,7 @@ def test_resnet50_matches_torchvision(resnet50, force, batch):
     with torch.inference_mode():
         logits = ex.forward(x)
         ref = torchvision_model(net, sd)(x)
-    _check_close(logits, ref)
+    check_close(logits, ref)
     paths = [t.path for t in ex.last_trace]
     if force == "dense":
         assert set(paths) == {"dense"}
@@ -226,7 +221,7 @@ def test_other_families_forced_sparse_match_torchvision(tmp_path, name):
         ref = torchvision_model(net, sd)(x)
         for force in ("dense", "sparse"):
             ex = executor.Executor(net, sd, CudaBackend(dev, cache), cache, "cuda", force)
-            _check_close(ex.forward(x), ref)
+            check_close(ex.forward(x), ref)
 
 
 def test_infer_cli_end_to_end(resnet50, tmp_path):
@@ -315,6 +310,6 @@ def test_built_cache_matches_torchvision(name, batch):
         ref = torchvision_model(net, sd)(x)
         for force in ("sparse", "auto"):
             ex = executor.Executor(net, sd, CudaBackend(dev, cache), cache, "cuda", force, trace=True)
-            _check_close(ex.forward(x), ref)
+            check_close(ex.forward(x), ref)
             if force == "sparse":
                 assert any(t.path == "sparse" for t in ex.last_trace)
