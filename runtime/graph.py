@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import sys
 from dataclasses import dataclass
@@ -141,6 +142,22 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
                 check(drv.cuGraphDestroyNode(nd), "cuGraphDestroyNode")
             raise BodyUnsupported(f"SWITCH body {k} {why}")
     return node
+
+
+@contextlib.contextmanager
+def _no_gc():
+    """No cyclic garbage collection while a stream captures: since PyTorch 2.9 torch.cuda.graph no longer
+    collects before capturing, and a collection inside the capture that frees an earlier CUDAGraph (a
+    discarded attempt of the retry loop below, another runner's) calls cudaGraphDestroy, which a capturing
+    stream forbids: the process aborts (pytorch/pytorch#161037). Collect first, then keep it off."""
+    was = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass
@@ -364,7 +381,7 @@ class GraphRunner:
             cap = Capture(self, static_x.shape[0])
             g = torch.cuda.CUDAGraph(keep_graph=True) if dot else torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(g):
+                with _no_gc(), torch.cuda.graph(g):
                     out = ex.forward(static_x, capture=cap)
                 if dot:
                     self._dot(g, f"{dot}.b{static_x.shape[0]}.dot")

@@ -171,3 +171,22 @@ def test_infer_has_graph_switch():
 def test_graph_module_needs_no_torch_at_import():
     code = "import sys, runtime.graph; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_no_gc_while_capturing_restores_the_collector():
+    """Captures run with the cyclic collector off (a collection mid-capture that frees an earlier CUDA graph
+    aborts the process), and leave it as they found it."""
+    import gc
+
+    from runtime.graph import _no_gc
+    assert gc.isenabled()
+    with _no_gc():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with _no_gc():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
