@@ -15,5 +15,6 @@ done > $OUT/build.log 2>&1
 cat $OUT/build.log
 timeout 330 python3 -X faulthandler -m pytest -q tests/gpu -p no:cacheprovider -rs > $OUT/pytest_gpu.log 2>&1
 echo "pytest exit $?"; tail -4 $OUT/pytest_gpu.log
-# second call (after the check_close fix): only the two tests that failed in first/:
-#   ... same set-up ... ; python3 -m pytest -q tests/gpu -k "resnet152-8 and (graph_matches or built_cache)"
+# Calls 9-10, same set-up (the cache tarball, the three builds), after the check_close and graph-capture fixes:
+#   rerun/: python3 -m pytest -q tests/gpu -p no:cacheprovider -k "resnet152 and (graph_matches or built_cache)"
+#   final/: python3 -X faulthandler -m pytest -q tests/gpu -p no:cacheprovider -rs   (the whole suite)
