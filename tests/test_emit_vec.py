@@ -45,7 +45,6 @@ def test_vec_nt8_two_vectors_per_tap_and_pixel():
     for v in (0, 1):
         assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {v} * THREADS * 4, 16);" in src
         assert f"atomicAdd(dst + {v} * THREADS, o{v});" in src
-
     assert "wr[rs][7] = w1.w;" in src and "const int n0 = tile_n * NB + threadIdx.x * 4;" in src
 
 
@@ -74,3 +73,15 @@ def test_vec_kernels_compile_without_spills():
     report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))
     assert set(report) == {k.name for k in ks}
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+
+
+def test_ring_depth_and_chunk_overrides_are_named_and_checked():
+    sh = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    cfg = KernelConfig(1, 7, 128, 32, 8)
+    k = emit.render_sparse(sh, 32, cfg, wd=16, kc=64)
+    assert k.name == cfg.name(sh, 32) + "_wd16_kc64" and "#define WD 16" in k.source and "#define KC 64" in k.source
+    assert emit.render_sparse(sh, 32, cfg, wd=4).name == cfg.name(sh, 32)        # 4 is kernel_rules' depth
+    with pytest.raises(ValueError, match="kc must divide"):
+        emit.render_sparse(sh, 32, cfg, kc=48)
+    with pytest.raises(ValueError, match="static shared memory"):
+        emit.render_sparse(S3, 32, KernelConfig(4, 4, 32, 32, 4), wd=16)   # 16 x 9 taps x 128 channels x 4 B
