@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -303,14 +303,14 @@ def _axis(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple
 PRED_FMA_MAX = 4  # ptxas if-converts a pixel body of <= 4 FMAs: it issues for zero inputs too (perf-notes, v8)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _taps_per_input(t: int, k: int, stride: int) -> tuple[int, ...]:
     """For each input row of a tile of t outputs: how many (output, tap) pairs of the tile it feeds."""
     return tuple(sum(1 for r in range(k) if iy >= r and (iy - r) % stride == 0 and (iy - r) // stride < t)
                  for iy in range((t - 1) * stride + k))
 
 
-@lru_cache(maxsize=None)
+@cache
 def _predicated_share(th: int, tw: int, nt: int, R: int, S: int, sh: int, sw: int) -> float:
     """Share of a register tile's (output, tap) pairs whose in-tile pixel body has <= PRED_FMA_MAX FMAs
     (the SASS of 7x7 nt 1 and 4x4 nt 4 tiles has exactly that many predicated FFMAs: 96 and 16)."""

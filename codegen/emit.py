@@ -209,8 +209,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     useful = [0] * g["NWORDS"]
-    for p, wd, bit, _, _ in pixels:
-        useful[wd] |= 1 << bit
+    for _, word, bit, _, _ in pixels:
+        useful[word] |= 1 << bit
     src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels, useful=useful, loop=loop, hoist=hoist,
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
     steps = []
