@@ -247,7 +247,7 @@ def _chunk(npix, words, ring, tc):
     does (kernel_rules.chunk_channels raises: the emitter cannot build the config)."""
     kc = np.zeros_like(tc)
     for k in range(1, 33):
-        fits = (tc % k == 0) & (npix * k * 4 + k * words * 4 + ring <= rules.STATIC_SMEM_LIMIT)
+        fits = (tc % k == 0) & (rules.tile_smem_bytes(npix, k, words, ring) <= rules.STATIC_SMEM_LIMIT)
         kc = np.where(fits, k, kc)
     return kc
 

@@ -23,7 +23,7 @@ from .config import KernelConfig
 from .kernel_rules import (DYNAMIC_SMEM_LIMIT, GROUP_MAX_THREADS, GROUP_REG_MARGIN, MAX_GROUPS,  # noqa: F401
                            REG_MARGIN, STATIC_SMEM_LIMIT, WEIGHT_RING_DEPTH, WEIGHT_RING_LIMIT, check_groups,
                            chunk_channels, group_budget, group_layout, min_blocks, register_cap,
-                           weight_ring_depth)
+                           tile_smem_bytes, weight_ring_depth)
 from .spec import ConvShape
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -195,7 +195,7 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
             raise ValueError(f"{config.tag()}: kc must divide tc, groups 1")
         g["KC"], tuned = kc, tuned + f"_kc{kc}"
     if tuned:
-        smem = 4 * (g["NPIX"] * g["KC"] + g["KC"] * g["NWORDS"] + g["WD"] * g["R"] * g["S"] * g["NB"])
+        smem = tile_smem_bytes(g["NPIX"], g["KC"], g["NWORDS"], 4 * g["WD"] * g["R"] * g["S"] * g["NB"])
         if smem > STATIC_SMEM_LIMIT:
             raise ValueError(f"{config.tag()}{tuned}: {smem} bytes of static shared memory > {STATIC_SMEM_LIMIT}")
     default_hoist = groups == 1 and hoist_default(shape, batch, config, loop)  # G > 1: measured without

@@ -49,6 +49,12 @@ def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
     return blocks
 
 
+def tile_smem_bytes(npix, kc, words, ring_bytes):
+    """Static shared memory of a one-group kernel: its tile (npix x kc floats), masks (kc x words) and weight
+    ring. Plain arithmetic, so the cost model applies it to whole arrays of configs."""
+    return npix * kc * 4 + kc * words * 4 + ring_bytes
+
+
 def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT) -> int:
     """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
     fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget)."""
@@ -57,7 +63,7 @@ def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SME
     words = math.ceil(npix / 32)
     ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt * 4
     for kc in range(min(cfg.tc, 32), 0, -1):
-        if cfg.tc % kc == 0 and npix * kc * 4 + kc * words * 4 + ring <= budget:
+        if cfg.tc % kc == 0 and tile_smem_bytes(npix, kc, words, ring) <= budget:
             return kc
     raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
 

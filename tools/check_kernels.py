@@ -876,22 +876,12 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
-        if a.vec:
-            result["vec_table"] = vec_table(rows)
-            (a.out / "vec_table.md").write_text(result["vec_table"] + "\n")
-            print(result["vec_table"])
-        if a.tune1x1:
-            result["top_table"] = top_table(rows)
-            (a.out / "top_table.md").write_text(result["top_table"] + "\n")
-            print(result["top_table"])
-        if a.inner:
-            result["inner_table"] = inner_table(rows)
-            (a.out / "inner_table.md").write_text(result["inner_table"] + "\n")
-            print(result["inner_table"])
-        if a.groups:
-            result["groups_table"] = groups_table(rows)
-            (a.out / "groups_table.md").write_text(result["groups_table"] + "\n")
-            print(result["groups_table"])
+        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1, "top_table", top_table),
+                                  (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table)):
+            if wanted:  # the mode's own table, in the JSON and as KEY.md
+                result[key] = make(rows)
+                (a.out / f"{key}.md").write_text(result[key] + "\n")
+                print(result[key])
         failed |= any(r["bad_kernels"] for r in rows)
         print(json.dumps(summary, indent=1))
     if a.mode != "sanitize":
