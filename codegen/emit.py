@@ -278,3 +278,73 @@ def example_configs(shape: ConvShape) -> list[KernelConfig]:
         tc = min(shape.C, 32) if i == 0 else (shape.C if shape.C <= 256 else 64)
         out.append(KernelConfig(th, tw, tc, threads, nt))
     return out
+
+
+# ---------------------------------------------------------------- warp-tiled blocks (experiment, v9)
+
+WS_SMEM_DEFAULT = 56 * 1024  # both stages: 4 blocks of 4 warps fit an SM's 227 KB
+
+
+def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, warps: tuple[int, int], kc: int | None = None,
+                minb: int | None = None) -> dict:
+    """Geometry of the warp-tiled kernel: warps[0] x warps[1] warps, each a th x tw register tile of cfg.threads
+    x nt channels, one block tile of (wh*th) x (ww*tw) pixels; input and weights staged per kc channels."""
+    wh, ww = warps
+    sh, sw = shape.stride
+    bth, btw = wh * cfg.th, ww * cfg.tw
+    bih, biw = (bth - 1) * sh + shape.R, (btw - 1) * sw + shape.S
+    ih, iw = in_tile(shape, cfg)
+    nb = cfg.threads * cfg.nt
+    rs = shape.R * shape.S
+
+    def stage_floats(k):
+        xstr = k if k % 8 == 4 or k % 4 else k + 4  # pixel stride: 4 banks apart at most 4-way for the ballots
+        xs = -(-bih * biw * xstr // 4) * 4
+        return xstr, xs, k * rs * nb
+
+    if kc is None:
+        kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage_floats(k)[1:]) <= WS_SMEM_DEFAULT), 1)
+    xstr, xs, wsf = stage_floats(kc)
+    tiles_h, tiles_w = math.ceil(shape.P / bth), math.ceil(shape.Q / btw)
+    if minb is None:
+        need = cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + 40
+        minb = 1
+        while minb < 16 and register_cap(cfg.threads * wh * ww, minb + 1) >= min(need, 255):
+            minb += 1
+    return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q, R=shape.R, S=shape.S,
+                SH=sh, SW=sw, PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, WH=wh, WW=ww,
+                WARPS=wh * ww, BTH=bth, BTW=btw, BIH=bih, BIW=biw, IW=iw, NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32),
+                TC=cfg.tc, KC=kc, XSTR=xstr, XS_FLOATS=xs, WS_FLOATS=wsf, SMEM=8 * (xs + wsf),
+                THREADS=cfg.threads, NT=cfg.nt, NB=nb, MINB=minb, TILES_H=tiles_h, TILES_W=tiles_w,
+                TILES_C=math.ceil(shape.C / cfg.tc), TILES_N=math.ceil(shape.N / nb))
+
+
+def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, warps: tuple[int, int], *,
+                     kc: int | None = None, hoist: bool = False, minb: int | None = None) -> EmittedKernel:
+    """The warp-tiled sparse convolution (sparse_conv_ws.cu.j2): a block of warps[0] x warps[1] warps, each
+    with the th x tw register tile of `config`, shares one staged input tile and one copy of the weights per
+    chunk of kc channels (double-buffered), so a block reads its weights once for wh*ww times the pixels;
+    masks come from warp ballots. Named `<config name>_w{wh}x{ww}k{kc}` (+ "_h" hoisted, "_m{minb}")."""
+    check_config(shape, config)
+    if config.threads != 32 or config.nt not in (1, 2, 4, 8) or shape.N % max(config.nt, 4) \
+            or (config.nt > 1 and shape.N % config.nt):
+        raise ValueError(f"{config.tag()}: the warp-tiled kernel needs 32 threads, nt 1/2/4/8 and N % 4 == 0")
+    g = ws_geometry(shape, batch, config, warps, kc, minb)
+    if config.tc % g["KC"] or g["NWORDS"] > 4:
+        raise ValueError(f"{config.tag()}: kc must divide tc and a warp's in-tile be <= 128 pixels")
+    if g["SMEM"] > DYNAMIC_SMEM_LIMIT:
+        raise ValueError(f"{config.tag()} w{warps}: {g['SMEM']} bytes of shared memory > {DYNAMIC_SMEM_LIMIT}")
+    name = f"{config.name(shape, batch)}_w{warps[0]}x{warps[1]}k{g['KC']}" + ("_h" if hoist else "") \
+        + (f"_m{minb}" if minb is not None else "")
+    taps = tile_taps(shape, config)
+    iw, xstr, biw = g["IW"], g["XSTR"], g["BIW"]
+    pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
+    src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, hoist=hoist,
+                                                              shape_tag=shape.tag(), cfg_tag=config.tag())
+    steps = []
+    if g["TILES_C"] > 1:
+        steps.append({"op": "memset", "buffer": "output"})
+    steps.append({"op": "launch", "function": name,
+                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+                  "block": [config.threads, g["WARPS"], 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
+    return EmittedKernel(name, src, steps, {}, "CRSN")

@@ -24,6 +24,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -393,6 +394,80 @@ def tune1x1_kernels(layers, batches) -> dict:
                 ks[k.name] = k
             out[(sh, b)] = list(ks.values())
     return out
+
+
+WS_TILES = {256: [(4, 4, 4), (2, 8, 4), (2, 4, 8), (4, 7, 4)], 128: [(4, 4, 4), (2, 8, 4), (4, 8, 2), (4, 7, 4)],
+            64: [(4, 8, 2), (4, 4, 2), (8, 8, 1)], 32: [(4, 8, 1), (8, 8, 1), (4, 4, 1)]}
+WS_WARPS = [(2, 2), (1, 2), (2, 1), (2, 4), (4, 2)]
+
+
+def ws_candidates(shape: ConvShape, batch: int) -> list[tuple[KernelConfig, tuple[int, int]]]:
+    """bench --ws: warp-tiled blocks (emit.render_sparse_ws). Per layer the warp tiles of WS_TILES for its N,
+    every warp arrangement of <= 8 warps whose block tile wastes <= 30 % per axis, and the two largest
+    channel tiles tc (C, C/2, C/4, >= 32) that still give >= 2 blocks per SM."""
+    tiles = WS_TILES[min(256, max(32, 1 << (shape.N.bit_length() - 1)))]
+    out = []
+    for th, tw, nt in tiles:
+        if 7 in (th, tw) and shape.P % 7:
+            continue
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        for wh, ww in WS_WARPS:
+            bth, btw = wh * th, ww * tw
+            if -(-shape.P // bth) * bth > 1.3 * shape.P or -(-shape.Q // btw) * btw > 1.3 * shape.Q:
+                continue
+            tcs = []
+            for tc in (shape.C, shape.C // 2, shape.C // 4):
+                if tc < 32 or shape.C % tc:
+                    continue
+                cfg = KernelConfig(th, tw, tc, 32, nt)
+                blocks = -(-shape.P // bth) * -(-shape.Q // btw) * -(-shape.N // (32 * nt)) * (shape.C // tc) * batch
+                tcs.append((cfg, blocks))
+            keep = [c for c, n in tcs if n >= 264][:2] or [c for c, _ in tcs[-1:]]
+            out += [(c, (wh, ww)) for c in keep]
+    return out
+
+
+def ws_bench_kernels(layers, batches) -> dict:
+    """bench --ws: the previous benches' two best configs per layer and batch (as the build renders them)
+    against the warp-tiled candidates."""
+    prev = previous_best(top=2)
+    out = {}
+    for _, sh in layers:
+        for b in batches:
+            ks = {}
+            for c in prev.get((sh.tag(), b), []):
+                k = emit.render_sparse(sh, b, c)
+                ks[k.name] = k
+            for c, warps in ws_candidates(sh, b):
+                try:
+                    k = emit.render_sparse_ws(sh, b, c, warps)
+                except ValueError:
+                    continue
+                ks[k.name] = k
+            out[(sh, b)] = list(ks.values())
+    return out
+
+
+def ws_table(rows) -> str:
+    """Markdown: per layer, batch and level, the best previous kernel against the best warp-tiled one."""
+    is_ws = re.compile(r"_w\d+x\d+k\d+").search
+    lines = ["| layer | B | sparsity | previous µs | warp-tiled µs | ws / previous | best warp-tiled | cuDNN FP32 µs | "
+             "×FP32 | cuDNN TF32 µs |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    ratios, vs = {}, {}
+    for r in rows:
+        prev = min((t for n, t in r["all_us"].items() if not is_ws(n)), default=math.nan)
+        ws = sorted((t, n) for n, t in r["all_us"].items() if is_ws(n))
+        t, n = ws[0] if ws else (math.nan, "-")
+        ratios.setdefault(r["batch"], []).append(math.log(t / prev))
+        vs.setdefault((r["batch"], r["sparsity"]), []).append(math.log(r["cudnn_fp32_us"] / min(t, prev)))
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {prev:.1f} | {t:.1f} | {t / prev:.3f} | "
+                     f"{n.split('_', 6)[-1]} | {r['cudnn_fp32_us']:.1f} | {r['cudnn_fp32_us'] / min(t, prev):.2f} | "
+                     f"{r['cudnn_tf32_us']:.1f} |")
+    for b, v in sorted(ratios.items()):
+        lines.append(f"\nbatch {b}: geomean warp-tiled / previous = {math.exp(statistics.mean(v)):.3f} over {len(v)} cells")
+    for (b, lv), v in sorted(vs.items()):
+        lines.append(f"batch {b}, {lv}: geomean ×FP32 (best of both) = {math.exp(statistics.mean(v)):.3f}")
+    return "\n".join(lines)
 
 
 def top_table(rows, top: int = 6) -> str:
@@ -769,6 +844,9 @@ def main(argv=None):
                          "on BENCH_LAYERS + the ResNet-152 1x1 layers (inner_table.md)")
     ap.add_argument("--tune1x1", action="store_true",
                     help="bench tune1x1_kernels on the ResNet-152 1x1 layers (top_table.md)")
+    ap.add_argument("--ws", action="store_true",
+                    help="bench the warp-tiled kernels of ws_bench_kernels against the previous best on BENCH_LAYERS "
+                         "(ws_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -820,7 +898,9 @@ def main(argv=None):
         bench_k = inner_bench_kernels(layers, batches)
     elif a.tune1x1:
         bench_k = tune1x1_kernels(layers, batches)
-    if not (a.groups or a.candidates or a.inner or a.tune1x1):
+    elif a.ws:
+        bench_k = ws_bench_kernels(layers, batches)
+    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -877,7 +957,8 @@ def main(argv=None):
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
         for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1, "top_table", top_table),
-                                  (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table)):
+                                  (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table),
+                                  (a.ws, "ws_table", ws_table)):
             if wanted:  # the mode's own table, in the JSON and as KEY.md
                 result[key] = make(rows)
                 (a.out / f"{key}.md").write_text(result[key] + "\n")
