@@ -398,6 +398,7 @@ def tune1x1_kernels(layers, batches) -> dict:
 
 WS_TILES = {256: [(4, 4, 4), (2, 8, 4), (2, 4, 8), (4, 7, 4)], 128: [(4, 4, 4), (2, 8, 4), (4, 8, 2), (4, 7, 4)],
             64: [(4, 8, 2), (4, 4, 2), (8, 8, 1)], 32: [(4, 8, 1), (8, 8, 1), (4, 4, 1)]}
+WS_VARIANTS = [{"kc": 8}, {"hoist": True}, {"minb": 4}]  # run15-ws: fewer barriers, loads before tests, 128 registers
 WS_WARPS = [(2, 2), (1, 2), (2, 1), (2, 4), (4, 2)]
 
 
@@ -439,11 +440,15 @@ def ws_bench_kernels(layers, batches) -> dict:
                 k = emit.render_sparse(sh, b, c)
                 ks[k.name] = k
             for c, warps in ws_candidates(sh, b):
-                try:
-                    k = emit.render_sparse_ws(sh, b, c, warps)
-                except ValueError:
-                    continue
-                ks[k.name] = k
+                variants = [{}]
+                if c.nt == 4 and c.th == 4 and warps in ((2, 2), (1, 2), (4, 2)):
+                    variants += WS_VARIANTS
+                for kw in variants:
+                    try:
+                        k = emit.render_sparse_ws(sh, b, c, warps, **kw)
+                    except ValueError:
+                        continue
+                    ks[k.name] = k
             out[(sh, b)] = list(ks.values())
     return out
 

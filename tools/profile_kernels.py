@@ -55,21 +55,34 @@ CASES_V8 = [
     ("256@14 4x8 tc32 t64n2", S3(256, 256, 14), 32, KernelConfig(4, 8, 32, 64, 2), 0.7),
     ("256@14 2x4 tc64 t32n8", S3(256, 256, 14), 32, KernelConfig(2, 4, 64, 32, 8), 0.7),
 ]
-if os.environ.get("SNN_PROFILE_CASES") == "v8":
-    CASES = CASES_V8
+# SNN_PROFILE_CASES=v9: warp-tiled blocks (emit.render_sparse_ws; "warps" among the options) against the
+# batch-32 winner they were meant to beat (docs/perf-notes.md, v9), sparsity 0.7.
+CASES_V9 = [
+    ("256@14 4x8 tc32 t64n2", S3(256, 256, 14), 32, KernelConfig(4, 8, 32, 64, 2), 0.7),
+    ("256@14 ws 4x4 tc64 n4 w2x2", S3(256, 256, 14), 32, KernelConfig(4, 4, 64, 32, 4), 0.7, {"warps": (2, 2)}),
+    ("256@14 ws 4x7 tc64 n4 w4x2", S3(256, 256, 14), 32, KernelConfig(4, 7, 64, 32, 4), 0.7, {"warps": (4, 2)}),
+    ("128@28 ws 4x4 tc64 n4 w1x2", S3(128, 128, 28), 32, KernelConfig(4, 4, 64, 32, 4), 0.7, {"warps": (1, 2)}),
+    ("128@28 4x4 tc64 t64n2", S3(128, 128, 28), 32, KernelConfig(4, 4, 64, 64, 2), 0.7),
+]
+CASES = {"v8": CASES_V8, "v9": CASES_V9}.get(os.environ.get("SNN_PROFILE_CASES", ""), CASES)
 
 SHOW = [("time us", "gpu__time_duration.sum", 1e-3), ("issue %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
         ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1),
         ("L2 MB", "lts__t_bytes.sum", 1e-6), ("ffma/inst", None, 1),
         ("M inst", "smsp__inst_executed.sum", 1e-6),
-        ("smem conflicts M", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", 1e-6)]
+        ("smem conflicts M", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum", 1e-6),
+        ("smem wavefronts M", "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum", 1e-6)]
 STALL = "smsp__average_warps_issue_stalled_"
 
 
 def kernels():
     """(label, kernel, shape, batch, sparsity); a case's optional sixth field holds render_sparse options."""
-    return [(label, emit.render_sparse(sh, b, cfg, **(rest[0] if rest else {})), sh, b, s)
-            for label, sh, b, cfg, s, *rest in CASES]
+    out = []
+    for label, sh, b, cfg, s, *rest in CASES:
+        kw = dict(rest[0]) if rest else {}
+        k = emit.render_sparse_ws(sh, b, cfg, kw.pop("warps"), **kw) if "warps" in kw else emit.render_sparse(sh, b, cfg, **kw)
+        out.append((label, k, sh, b, s))
+    return out
 
 
 def run():
