@@ -282,11 +282,13 @@ def example_configs(shape: ConvShape) -> list[KernelConfig]:
 
 # ---------------------------------------------------------------- warp-tiled blocks (experiment, v9)
 
-WS_SMEM_DEFAULT = 56 * 1024  # both stages: 4 blocks of 4 warps fit an SM's 227 KB
+SM_SMEM_BYTES = 228 * 1024  # an H100 SM's shared memory (1 KB of it reserved per block)
+WS_REG_MARGIN = 24           # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
+WS_REG_MIN = 80              # 4x4 nt 1 tiles spilled under a 64 cap
 
 
 def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, warps: tuple[int, int], kc: int | None = None,
-                minb: int | None = None) -> dict:
+                minb: int | None = None, hoist: bool = False) -> dict:
     """Geometry of the warp-tiled kernel: warps[0] x warps[1] warps, each a th x tw register tile of cfg.threads
     x nt channels, one block tile of (wh*th) x (ww*tw) pixels; input and weights staged per kc channels."""
     wh, ww = warps
@@ -302,20 +304,29 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, warps: tuple[in
         xs = -(-bih * biw * xstr // 4) * 4
         return xstr, xs, k * rs * nb
 
-    if kc is None:
-        kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage_floats(k)[1:]) <= WS_SMEM_DEFAULT), 1)
+    nthr = cfg.threads * wh * ww
+    if minb is None:  # ptxas: 4x4 nt 4 fits 128 registers (acc 64 + taps 36) without spills
+        need = cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN
+        if hoist:  # one register per used pixel value
+            need += sum(1 for lst in tile_taps(shape, cfg) if lst)
+        need = max(need, WS_REG_MIN)
+        minb = 1
+        while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
+            minb += 1
+    if kc is None:  # the most channels a chunk whose two stages still let minb blocks share an SM
+        budget = min(DYNAMIC_SMEM_LIMIT, SM_SMEM_BYTES // minb - 1024)
+        kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage_floats(k)[1:]) <= budget), 1)
     xstr, xs, wsf = stage_floats(kc)
     tiles_h, tiles_w = math.ceil(shape.P / bth), math.ceil(shape.Q / btw)
-    if minb is None:
-        need = cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + 40
-        minb = 1
-        while minb < 16 and register_cap(cfg.threads * wh * ww, minb + 1) >= min(need, 255):
-            minb += 1
+    xiter = -(-(bih * biw * kc // 4) // nthr)
+    wrows_step = nthr // (nb // 4)
+    witer = -(-(kc * rs) // max(wrows_step, 1))
     return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q, R=shape.R, S=shape.S,
                 SH=sh, SW=sw, PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, WH=wh, WW=ww,
                 WARPS=wh * ww, BTH=bth, BTW=btw, BIH=bih, BIW=biw, IW=iw, NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32),
                 TC=cfg.tc, KC=kc, XSTR=xstr, XS_FLOATS=xs, WS_FLOATS=wsf, SMEM=8 * (xs + wsf),
-                THREADS=cfg.threads, NT=cfg.nt, NB=nb, MINB=minb, TILES_H=tiles_h, TILES_W=tiles_w,
+                THREADS=cfg.threads, NT=cfg.nt, NB=nb, MINB=minb, XITER=xiter, WITER=witer, WROWS_STEP=wrows_step,
+                XFAST=kc % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=tiles_h, TILES_W=tiles_w,
                 TILES_C=math.ceil(shape.C / cfg.tc), TILES_N=math.ceil(shape.N / nb))
 
 
@@ -329,8 +340,8 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, warps: 
     if config.threads != 32 or config.nt not in (1, 2, 4, 8) or shape.N % max(config.nt, 4) \
             or (config.nt > 1 and shape.N % config.nt):
         raise ValueError(f"{config.tag()}: the warp-tiled kernel needs 32 threads, nt 1/2/4/8 and N % 4 == 0")
-    g = ws_geometry(shape, batch, config, warps, kc, minb)
-    if config.tc % g["KC"] or g["NWORDS"] > 4:
+    g = ws_geometry(shape, batch, config, warps, kc, minb, hoist)
+    if config.tc % g["KC"] or g["NWORDS"] > 4 or g["WROWS_STEP"] < 1 or g["THREADS"] * g["WARPS"] % (g["NB"] // 4):
         raise ValueError(f"{config.tag()}: kc must divide tc and a warp's in-tile be <= 128 pixels")
     if g["SMEM"] > DYNAMIC_SMEM_LIMIT:
         raise ValueError(f"{config.tag()} w{warps}: {g['SMEM']} bytes of shared memory > {DYNAMIC_SMEM_LIMIT}")

@@ -396,9 +396,10 @@ def tune1x1_kernels(layers, batches) -> dict:
     return out
 
 
-WS_TILES = {256: [(4, 4, 4), (2, 8, 4), (2, 4, 8), (4, 7, 4)], 128: [(4, 4, 4), (2, 8, 4), (4, 8, 2), (4, 7, 4)],
+WS_TILES = {256: [(4, 4, 4), (4, 7, 4), (4, 8, 4), (2, 4, 8), (4, 2, 8), (4, 4, 8)],
+            128: [(4, 4, 4), (4, 7, 4), (4, 8, 4), (4, 8, 2)],
             64: [(4, 8, 2), (4, 4, 2), (8, 8, 1)], 32: [(4, 8, 1), (8, 8, 1), (4, 4, 1)]}
-WS_VARIANTS = [{"kc": 8}, {"hoist": True}, {"minb": 4}]  # run15-ws: fewer barriers, loads before tests, 128 registers
+WS_VARIANTS = [{"kc": 8}, {"kc": 4}, {"hoist": True}]  # fewer barriers a channel; loads before tests
 WS_WARPS = [(2, 2), (1, 2), (2, 1), (2, 4), (4, 2)]
 
 
@@ -441,7 +442,7 @@ def ws_bench_kernels(layers, batches) -> dict:
                 ks[k.name] = k
             for c, warps in ws_candidates(sh, b):
                 variants = [{}]
-                if c.nt == 4 and c.th == 4 and warps in ((2, 2), (1, 2), (4, 2)):
+                if c.nt >= 4 and warps in ((2, 2), (4, 2)):
                     variants += WS_VARIANTS
                 for kw in variants:
                     try:

@@ -63,6 +63,7 @@ CASES_V9 = [
     ("256@14 ws 4x7 tc64 n4 w4x2", S3(256, 256, 14), 32, KernelConfig(4, 7, 64, 32, 4), 0.7, {"warps": (4, 2)}),
     ("128@28 ws 4x4 tc64 n4 w1x2", S3(128, 128, 28), 32, KernelConfig(4, 4, 64, 32, 4), 0.7, {"warps": (1, 2)}),
     ("128@28 4x4 tc64 t64n2", S3(128, 128, 28), 32, KernelConfig(4, 4, 64, 64, 2), 0.7),
+    ("256@14 ws 2x4 tc64 n8 w2x2", S3(256, 256, 14), 32, KernelConfig(2, 4, 64, 32, 8), 0.7, {"warps": (2, 2)}),
 ]
 CASES = {"v8": CASES_V8, "v9": CASES_V9}.get(os.environ.get("SNN_PROFILE_CASES", ""), CASES)
 
