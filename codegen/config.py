@@ -16,22 +16,38 @@ class KernelConfig:
     tc       input channels per block (channel tile); partial sums across channel tiles meet in atomics
     threads  threads per block; thread t handles output channels n0 + t + k*threads, k < nt
     nt       output channels per thread (coarsening along N)
+    wh, ww   warp-tiled kernel when wh*ww > 1 (sparse_conv_ws.cu.j2): a block of wh x ww warps of `threads`
+             (32) threads, each with its own th x tw register tile of one (wh*th) x (ww*tw) block tile,
+             sharing the block's staged input and weights
     """
     th: int
     tw: int
     tc: int
     threads: int
     nt: int = 1
+    wh: int = 1
+    ww: int = 1
+
+    @property
+    def warp_tiled(self) -> bool:
+        return self.wh * self.ww > 1
 
     def tag(self) -> str:
-        return f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
+        base = f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
+        return f"{base}_w{self.wh}x{self.ww}" if self.warp_tiled else base
 
     def name(self, shape: ConvShape, batch: int) -> str:
         """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
         return f"sconv_{shape.tag()}_{self.tag()}_b{batch}"
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if not self.warp_tiled:  # the classic kernel's dict as it always was
+            del d["wh"], d["ww"]
+        return d
+
+    def block_threads(self) -> int:
+        return self.threads * self.wh * self.ww
 
     # Geometry that follows from the config and the layer shape.
     def channels_per_block(self) -> int:
@@ -43,7 +59,7 @@ class KernelConfig:
 
     def grid(self, shape: ConvShape, batch: int) -> dict[str, int]:
         """How many tiles of each kind cover the layer (per image for the spatial ones)."""
-        return {"tiles_h": math.ceil(shape.P / self.th), "tiles_w": math.ceil(shape.Q / self.tw),
+        return {"tiles_h": math.ceil(shape.P / (self.th * self.wh)), "tiles_w": math.ceil(shape.Q / (self.tw * self.ww)),
                 "tiles_c": math.ceil(shape.C / self.tc),
                 "tiles_n": math.ceil(shape.N / self.channels_per_block()), "batch": batch}
 
@@ -52,4 +68,4 @@ class KernelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
-        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")})
+        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")}, wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)))

@@ -73,6 +73,13 @@ STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more s
                              # re-reads) that measured fastest at batch 8/32 (docs/costmodel.md, "nt 8")
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
+# ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only, batch >= 8
+WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (4, 7), (7, 4), (2, 8), (8, 8))  # a warp's register tile
+WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
+WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
+WS_W_INS = 0.35            # share of SNN_FIT's w_ins a warp-tiled thread spends per weight: one LDS.128 per 4 and
+                           # its part of the block's copy (SASS), not a cp.async + LDS per weight of its own ring
+
 # ---- "pipes" model constants: the stage 3 used before the fit (kept selectable: on the H100 its picks ran
 # ResNet-152 end to end faster than the fitted model's, docs/costmodel.md "Two stage-3 models") ----------
 K_NNZ_ALU = 6              # integer/branch instructions per thread per stored nonzero
@@ -198,9 +205,7 @@ def channel_candidates(N: int, wide: bool = False) -> list[tuple[int, int]]:
     return [(t, nt) for t in THREADS for nt in nts if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
 
 
-@lru_cache(maxsize=4096)
-def _space(shape: ConvShape) -> dict[str, np.ndarray]:
-    """Every config of config_space(shape), as parallel int64 arrays th, tw, tc, threads, nt."""
+def _classic_space(shape: ConvShape) -> dict[str, np.ndarray]:
     ths, tws, tcs = tile_candidates(shape.P), tile_candidates(shape.Q), tc_candidates(shape.C)
     chans = channel_candidates(shape.N, wide=shape.R * shape.S == 1)
     if not chans:  # N so small that even 32 threads pad it by more than 12.5 %
@@ -210,13 +215,53 @@ def _space(shape: ConvShape) -> dict[str, np.ndarray]:
     threads = np.array([c[0] for c in chans], dtype=np.int64)[ch]
     nt = np.array([c[1] for c in chans], dtype=np.int64)[ch]
     keep = th * tw * nt <= ACC_MAX
-    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep]}
+    one = np.ones(int(keep.sum()), dtype=np.int64)
+    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep], "wh": one, "ww": one}
+
+
+def ws_space(shape: ConvShape) -> list[KernelConfig]:
+    """Warp-tiled configs: 3x3-and-larger stride-1 convs with C and N multiples of 4; warp tiles WS_TILES,
+    nt 1/2/4/8 (32 threads x nt padding N by <= 12.5 %, <= WS_ACC_MAX accumulators), block shapes
+    kernel_rules.WS_WARPS whose block tile pads P and Q by <= EDGE_WASTE_MAX, channel tiles of
+    tc_candidates >= 8 that a chunk divides."""
+    if shape.R * shape.S == 1 or tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4:
+        return []
+    out = []
+    for th, tw in WS_TILES:
+        if th > shape.P or tw > shape.Q:
+            continue
+        for nt in (1, 2, 4, 8):
+            nb = 32 * nt
+            if th * tw * nt > WS_ACC_MAX or shape.N % nt or -(-shape.N // nb) * nb > (1 + N_WASTE_MAX) * shape.N:
+                continue
+            for wh, ww in rules.WS_WARPS:
+                bh, bw = th * wh, tw * ww
+                if (-(-shape.P // bh) * bh > (1 + EDGE_WASTE_MAX) * shape.P
+                        or -(-shape.Q // bw) * bw > (1 + EDGE_WASTE_MAX) * shape.Q):
+                    continue
+                for tc in tc_candidates(shape.C):
+                    cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
+                    if tc >= 8 and rules.ws_eligible(shape, cfg) and rules.ws_params(shape, cfg)["KC"] > 0:
+                        out.append(cfg)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def _space(shape: ConvShape) -> dict[str, np.ndarray]:
+    """Every config of config_space(shape), as parallel int64 arrays th, tw, tc, threads, nt, wh, ww:
+    the classic kernel's configs, then the warp-tiled ones."""
+    sp = _classic_space(shape)
+    ws = ws_space(shape)
+    if ws:
+        extra = {k: np.array([getattr(c, k) for c in ws], dtype=np.int64) for k in sp}
+        sp = {k: np.concatenate([sp[k], extra[k]]) for k in sp}
+    return sp
 
 
 def config_space(shape: ConvShape) -> list[KernelConfig]:
     """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
     sp = _space(shape)
-    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])]
+    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["wh"], sp["ww"])]
 
 
 # The kernel's resource rules (kernel_rules.weight_ring_depth, min_blocks, register_cap, chunk_channels)
@@ -272,16 +317,29 @@ def _resources(shape: ConvShape, th, tw, tc, threads, nt):
     return regs, smem, k["kc"] > 0
 
 
+def _ws_resources(shape: ConvShape, th, tw, tc, threads, nt, wh, ww):
+    """(registers, dynamic shared bytes, buildable) of warp-tiled configs (kernel_rules.ws_params), per row."""
+    regs, smem, ok = [], [], []
+    for row in zip(th.tolist(), tw.tolist(), tc.tolist(), threads.tolist(), nt.tolist(), wh.tolist(), ww.tolist()):
+        cfg = KernelConfig(*row)
+        r = rules.ws_params(shape, cfg)
+        regs.append(min(cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_BASE, r["REG_CAP"]))
+        smem.append(r["SMEM"])
+        ok.append(r["KC"] > 0 and cfg.tc % r["KC"] == 0 and rules.ws_eligible(shape, cfg))
+    return np.array(regs, dtype=np.int64), np.array(smem, dtype=np.int64), np.array(ok, dtype=bool)
+
+
 def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
-    """(registers per thread, static shared bytes per block) of the kernel emit.render_sparse writes
-    for `config`: regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the
-    KC-channel input tile (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring.
-    Raises ValueError where the emitter cannot build the config (as kernel_rules.chunk_channels does)."""
-    regs, smem, ok = _resources(shape, *(np.int64(v) for v in (config.th, config.tw, config.tc, config.threads, config.nt)))
-    if not ok:
+    """(registers per thread, shared bytes per block) of the kernel emit.render_sparse writes for `config`:
+    regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the KC-channel input tile
+    (halo included) + its masks, rounded up to 16 B, + the WD-deep weight ring (static), or for a
+    warp-tiled config both stages of input tile and weights (dynamic). Raises ValueError where the emitter
+    cannot build the config (as kernel_rules.chunk_channels does)."""
+    tab = _config_table(shape, config)
+    if not tab["buildable"][0]:
         raise ValueError(f"{config.tag()}: the emitter cannot build it for {shape.tag()} (tile and ring over "
                          f"{rules.STATIC_SMEM_LIMIT} B of shared memory)")
-    return int(regs), int(smem)
+    return int(tab["regs"][0]), int(tab["smem"][0])
 
 
 # =================================================================================================
@@ -318,22 +376,32 @@ def _predicated_share(th: int, tw: int, nt: int, R: int, S: int, sh: int, sw: in
     return float(per_pixel[per_pixel * nt <= PRED_FMA_MAX].sum() / per_pixel.sum())
 
 
-def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
+def _table(shape: ConvShape, th, tw, tc, threads, nt, wh=1, ww=1) -> dict[str, np.ndarray]:
     """Per config (parallel arrays): block counts, per-block averages and the resource estimate;
-    nothing here depends on the GPU, the batch or the level."""
+    nothing here depends on the GPU, the batch or the level. Warp-tiled rows (wh*ww > 1): tiles, inputs
+    and pairs of the block tile, pixels tested and pairs per thread of one warp's register tile."""
     th, tw, tc, threads, nt = (np.asarray(a, dtype=np.int64).reshape(-1) for a in (th, tw, tc, threads, nt))
-    rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(th).tolist()}
-    cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(tw).tolist()}
-    r = np.array([rows[t] for t in th.tolist()], dtype=np.float64).reshape(-1, 4)
-    c = np.array([cols[t] for t in tw.tolist()], dtype=np.float64).reshape(-1, 4)
+    wh, ww = (np.broadcast_to(np.asarray(a, dtype=np.int64).reshape(-1), th.shape).copy() for a in (wh, ww))
+    bh, bw = th * wh, tw * ww                               # the block tile
+    rows = {t: _axis(shape.P, shape.H, t, shape.stride[0], shape.R, shape.padding[0]) for t in np.unique(bh).tolist()}
+    cols = {t: _axis(shape.Q, shape.W, t, shape.stride[1], shape.S, shape.padding[1]) for t in np.unique(bw).tolist()}
+    r = np.array([rows[t] for t in bh.tolist()], dtype=np.float64).reshape(-1, 4)
+    c = np.array([cols[t] for t in bw.tolist()], dtype=np.float64).reshape(-1, 4)
     cpb = threads * nt
     tiles_c = -(-shape.C // tc)
     tiles_n = -(-shape.N // cpb)
     tiles_sp = r[:, 0] * c[:, 0]
+    ws = wh * ww > 1
     regs, smem, buildable = _resources(shape, th, tw, tc, threads, nt)
+    if ws.any():
+        regs, smem, buildable = regs.copy(), smem.copy(), buildable.copy()
+        regs[ws], smem[ws], buildable[ws] = _ws_resources(shape, *(a[ws] for a in (th, tw, tc, threads, nt, wh, ww)))
     npix = ((th - 1) * shape.stride[0] + shape.R) * ((tw - 1) * shape.stride[1] + shape.S)
     return {
-        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb,
+        "th": th, "tw": tw, "tc": tc, "threads": threads, "nt": nt, "cpb": cpb, "wh": wh, "ww": ww, "ws": ws,
+        "bthreads": threads * wh * ww,
+        # (output, tap) pairs per thread and input channel at density 1: one warp's register tile
+        "pairs_thr": r[:, 2] * c[:, 2] / tiles_sp / (wh * ww),
         "tiles_h": r[:, 0], "tiles_w": c[:, 0], "tiles_c": tiles_c, "tiles_n": tiles_n,
         "blocks_per_image": tiles_sp * tiles_c * tiles_n,
         "tc_avg": shape.C / tiles_c,
@@ -352,29 +420,29 @@ def _table(shape: ConvShape, th, tw, tc, threads, nt) -> dict[str, np.ndarray]:
 @lru_cache(maxsize=4096)
 def _space_table(shape: ConvShape) -> dict[str, np.ndarray]:
     sp = _space(shape)
-    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"])
+    return _table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["wh"], sp["ww"])
 
 
 def _config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
-    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt)
+    return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.wh, config.ww)
 
 
 def _configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
-    return [KernelConfig(int(tab["th"][i]), int(tab["tw"][i]), int(tab["tc"][i]), int(tab["threads"][i]), int(tab["nt"][i]))
-            for i in idx]
+    return [KernelConfig(*(int(tab[k][i]) for k in ("th", "tw", "tc", "threads", "nt", "wh", "ww"))) for i in idx]
 
 
 # =================================================================================================
 # Stage 0 + 1: what launches, and occupancy
 
 def _occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
-    lim = block_limits(gpu, tab["threads"], tab["regs"], tab["smem"])
+    lim = block_limits(gpu, tab["bthreads"], tab["regs"], tab["smem"])
     bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
-    warps = -(-tab["threads"] // gpu.warp_size)
-    # Blocks stay within the 48 KiB every GPU grants without cudaFuncAttributeMaxDynamicSharedMemorySize,
-    # so kernels may use static shared memory and the runtime needs no opt-in call.
-    # and only what the emitter can build (kernel_rules.chunk_channels finds a channel chunk that fits)
-    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= gpu.smem_per_block) & tab["buildable"]
+    warps = -(-tab["bthreads"] // gpu.warp_size)
+    # The classic kernel stays within the 48 KiB every GPU grants without the opt-in attribute (static shared
+    # memory); the warp-tiled one asks for more (dynamic, the runtime opts in). Only what the emitter can
+    # build (kernel_rules.chunk_channels / ws_params find a channel chunk that fits).
+    smem_cap = np.where(tab["ws"], gpu.smem_per_block_optin, gpu.smem_per_block)
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= smem_cap) & tab["buildable"]
     return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
 
 
@@ -383,10 +451,17 @@ def occupancy_min(model: str, batch: int) -> float:
     return OCCUPANCY_MIN_BATCHED if model == "snn" and batch > 1 else OCCUPANCY_MIN
 
 
+def ws_allowed(model: str, batch: int) -> bool:
+    """Warp-tiled configs compete where they were measured and modelled: "snn", batch >= WS_MIN_BATCH."""
+    return model == "snn" and batch >= WS_MIN_BATCH
+
+
 @lru_cache(maxsize=4096)
-def _stage1(shape: ConvShape, gpu: GPU, occ_min: float = OCCUPANCY_MIN) -> dict[str, Any]:
-    o = _occupancy(_space_table(shape), gpu)
-    feasible, occ = o["feasible"], o["occ"]
+def _stage1(shape: ConvShape, gpu: GPU, occ_min: float = OCCUPANCY_MIN, ws: bool = False) -> dict[str, Any]:
+    tab = _space_table(shape)
+    o = _occupancy(tab, gpu)
+    feasible = o["feasible"] & (ws | ~tab["ws"])
+    occ = o["occ"]
     if not feasible.any():
         raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
                         f"(shared memory per block {gpu.smem_per_block} B)")
@@ -394,7 +469,7 @@ def _stage1(shape: ConvShape, gpu: GPU, occ_min: float = OCCUPANCY_MIN) -> dict[
     relaxed = not keep.any()
     if relaxed:  # nothing reaches the threshold: keep the best occupancy there is, and say so in --explain
         keep = feasible & (occ >= occ[feasible].max() - 1e-9)
-    return {**o, "idx": np.flatnonzero(keep), "relaxed": relaxed}
+    return {**o, "feasible": feasible, "idx": np.flatnonzero(keep), "relaxed": relaxed}
 
 
 # =================================================================================================
@@ -428,12 +503,17 @@ def _traffic(shape: ConvShape, tab: dict, batch: int, density: float, idx) -> di
 def _stage2(shape: ConvShape, gpu: GPU, batch: int, density: float, model: str):
     """(stage-2 survivors, stage-1 survivors, data movement of each stage-1 survivor); indices into
     the space table."""
-    s1 = _stage1(shape, gpu, occupancy_min(model, batch))
+    s1 = _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     idx1 = s1["idx"]
-    dm = _data_movement(shape, _space_table(shape), batch, density, model, idx1)
-    keep = max(1, math.ceil(len(idx1) * (STAGE2_KEEP_SNN if model == "snn" else STAGE2_KEEP)))
+    tab = _space_table(shape)
+    dm = _data_movement(shape, tab, batch, density, model, idx1)
+    share = STAGE2_KEEP_SNN if model == "snn" else STAGE2_KEEP
     order = np.lexsort((idx1, -s1["occ"][idx1], dm))  # least data movement; ties: higher occupancy, then space order
-    return idx1[order[:keep]], idx1, dm
+    # per kernel family: the warp-tiled blocks re-read weights less by design, so one ranking by data
+    # movement would push every classic config out
+    fam = tab["ws"][idx1][order]
+    kept = [order[fam == f][:max(1, math.ceil(int((fam == f).sum()) * share))] for f in (False, True) if (fam == f).any()]
+    return idx1[np.sort(np.concatenate(kept))], idx1, dm
 
 
 # =================================================================================================
@@ -491,7 +571,7 @@ def _time_pipes(shape: ConvShape, gpu: GPU, tab: dict, batch: int, density: floa
 def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx,
           consts: dict | None = None) -> dict[str, np.ndarray]:
     """Stage 3 for the configs idx of tab; `consts` overrides SNN_FIT (tools/fit_costmodel.py fits them)."""
-    th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["threads"][idx]
+    th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["bthreads"][idx]
     tc_avg = tab["tc_avg"][idx]
     bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
     num_blk = batch * tab["blocks_per_image"][idx]                  # Eq. 3, times B, with N tiles
@@ -515,12 +595,13 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
     k_ = {**SNN_FIT, **(consts or {})}
     clk = gpu.boost_clock_mhz * 1e6
-    f = tab["nt"][idx] * tab["pairs_sp"][idx] * density          # FMAs per thread and channel (whole tile)
+    f = tab["nt"][idx] * tab["pairs_thr"][idx] * density         # FMAs per thread and channel (its register tile)
     pred = tab["pred"][idx]                                       # predicated bodies issue at any density
-    f_issued = tab["nt"][idx] * tab["pairs_sp"][idx] * (pred + (1.0 - pred) * density)
+    f_issued = tab["nt"][idx] * tab["pairs_thr"][idx] * (pred + (1.0 - pred) * density)
     npix = tab["npix"][idx]
     lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
-    ins = warps * (k_["ch_ins"] + k_["w_ins"] * shape.R * shape.S * tab["nt"][idx]
+    w_ins = np.where(tab["ws"][idx], k_["w_ins"] * WS_W_INS, k_["w_ins"])
+    ins = warps * (k_["ch_ins"] + w_ins * shape.R * shape.S * tab["nt"][idx]
                    + k_["pix_ins"] * npix + f_issued)                # warp instructions per channel and block
 
     out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
@@ -564,7 +645,7 @@ def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> di
     """All three stages for one shape and level; indices into the space table."""
     _check(model, batch)
     density = 1.0 - level
-    s1 = _stage1(shape, gpu, occupancy_min(model, batch))
+    s1 = _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     idx2, idx1, dm1 = _stage2(shape, gpu, batch, density, model)
     s3 = _time(shape, gpu, _space_table(shape), s1, batch, density, model, idx2)
     order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))  # least time; ties: occupancy, space order
@@ -628,13 +709,13 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
 def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn") -> dict[str, list[KernelConfig]]:
     """The configs surviving each stage: 'enumerated', 'launchable', 'stage1', 'stage2' (least data
     movement first) and 'stage3' (all of stage 2, least predicted time first: [0] is the choice)."""
-    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch))
+    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     r = _run(shape, gpu, batch, level, model)
     dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
     return {"enumerated": _configs(tab, range(len(tab["th"]))),
             "launchable": _configs(tab, np.flatnonzero(s1["feasible"])),
             "stage1": _configs(tab, r["idx1"]),
-            "stage2": _configs(tab, r["idx1"][dm_order[:len(r["idx2"])]]),
+            "stage2": _configs(tab, [i for i in r["idx1"][dm_order] if i in set(r["idx2"].tolist())]),
             "stage3": _configs(tab, r["idx2"][r["order"]])}
 
 
@@ -676,7 +757,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     best `top` candidates of stage 3 with their numbers and rank. `chosen` is the plan's pick
     (plan_shape may keep a lower level's config within REUSE_TOLERANCE); it defaults to rank 1 and
     is listed even when it is not among the top."""
-    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch))
+    tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     r = _run(shape, gpu, batch, level, model)
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}

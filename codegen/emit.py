@@ -2,7 +2,8 @@
 
 Three kernel families:
 - `render_sparse`: the sparse convolution (dense NHWC input compacted in shared memory inside the
-  conv kernel itself: no separate conversion pass, no memset when one block owns all of C).
+  conv kernel itself: no separate conversion pass, no memset when one block owns all of C); configs with
+  wh*ww > 1 go to `render_sparse_ws`, the warp-tiled variant (several register tiles a block).
 - `render_coo`: the standalone dense -> COO* conversion (Algorithm 1), halo duplicated per tile.
 - `render_epilogue`: scale/shift (+ residual) + ReLU + zero counter, the dense/sparse selector.
 
@@ -21,9 +22,9 @@ import jinja2
 
 from .config import KernelConfig
 from .kernel_rules import (DYNAMIC_SMEM_LIMIT, GROUP_MAX_THREADS, GROUP_REG_MARGIN, MAX_GROUPS,  # noqa: F401
-                           REG_MARGIN, STATIC_SMEM_LIMIT, WEIGHT_RING_DEPTH, WEIGHT_RING_LIMIT, check_groups,
-                           chunk_channels, group_budget, group_layout, min_blocks, register_cap,
-                           tile_smem_bytes, weight_ring_depth)
+                           REG_MARGIN, STATIC_SMEM_LIMIT, WEIGHT_RING_DEPTH, WEIGHT_RING_LIMIT, WS_MAX_WORDS,
+                           WS_SMEM_LIMIT, check_groups, chunk_channels, group_budget, group_layout, min_blocks,
+                           register_cap, tile_smem_bytes, weight_ring_depth, ws_eligible, ws_params)
 from .spec import ConvShape
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -114,7 +115,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, groups: int = 1) -
 
 
 def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
-    if cfg.threads % 32 or not 32 <= cfg.threads <= 1024:
+    if cfg.threads % 32 or not 32 <= cfg.block_threads() <= 1024 or min(cfg.wh, cfg.ww) < 1:
         raise ValueError(f"{cfg.tag()}: threads must be a multiple of 32 in [32, 1024]")
     if min(cfg.th, cfg.tw, cfg.tc, cfg.nt) < 1:
         raise ValueError(f"{cfg.tag()}: tile sizes must be >= 1")
@@ -175,6 +176,10 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     wd, kc: weight ring depth and channels staged per chunk other than kernel_rules' (experiments; suffixed
     "_wdN" / "_kcN").
     """
+    if config.warp_tiled:
+        if loop != "mask" or groups != 1 or vec is False or wd is not None:
+            raise ValueError(f"{config.tag()}: the warp-tiled kernel has the mask loop, vector channels, no groups, no ring")
+        return render_sparse_ws(shape, batch, config, kc=kc, hoist=bool(hoist))
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")
     check_config(shape, config)
@@ -280,73 +285,50 @@ def example_configs(shape: ConvShape) -> list[KernelConfig]:
     return out
 
 
-# ---------------------------------------------------------------- warp-tiled blocks (experiment, v9)
+# ---------------------------------------------------------------- warp-tiled blocks (v9)
 
-SM_SMEM_BYTES = 228 * 1024  # an H100 SM's shared memory (1 KB of it reserved per block)
-WS_REG_MARGIN = 24           # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
-WS_REG_MIN = 80              # 4x4 nt 1 tiles spilled under a 64 cap
-
-
-def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, warps: tuple[int, int], kc: int | None = None,
-                minb: int | None = None, hoist: bool = False) -> dict:
-    """Geometry of the warp-tiled kernel: warps[0] x warps[1] warps, each a th x tw register tile of cfg.threads
-    x nt channels, one block tile of (wh*th) x (ww*tw) pixels; input and weights staged per kc channels."""
-    wh, ww = warps
-    sh, sw = shape.stride
-    bth, btw = wh * cfg.th, ww * cfg.tw
-    bih, biw = (bth - 1) * sh + shape.R, (btw - 1) * sw + shape.S
+def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, kc: int | None = None, minb: int | None = None,
+                hoist: bool = False) -> dict:
+    """Geometry of the warp-tiled kernel (cfg.wh x cfg.ww warps, each a th x tw register tile of 32 x nt
+    channels, one (wh*th) x (ww*tw) block tile); resources from kernel_rules.ws_params."""
     ih, iw = in_tile(shape, cfg)
     nb = cfg.threads * cfg.nt
     rs = shape.R * shape.S
-
-    def stage_floats(k):
-        xstr = k if k % 8 == 4 or k % 4 else k + 4  # pixel stride: 4 banks apart at most 4-way for the ballots
-        xs = -(-bih * biw * xstr // 4) * 4
-        return xstr, xs, k * rs * nb
-
-    nthr = cfg.threads * wh * ww
-    if minb is None:  # ptxas: 4x4 nt 4 fits 128 registers (acc 64 + taps 36) without spills
-        need = cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN
-        if hoist:  # one register per used pixel value
-            need += sum(1 for lst in tile_taps(shape, cfg) if lst)
-        need = max(need, WS_REG_MIN)
-        minb = 1
-        while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
-            minb += 1
-    if kc is None:  # the most channels a chunk whose two stages still let minb blocks share an SM
-        budget = min(DYNAMIC_SMEM_LIMIT, SM_SMEM_BYTES // minb - 1024)
-        kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage_floats(k)[1:]) <= budget), 1)
-    xstr, xs, wsf = stage_floats(kc)
-    tiles_h, tiles_w = math.ceil(shape.P / bth), math.ceil(shape.Q / btw)
-    xiter = -(-(bih * biw * kc // 4) // nthr)
-    wrows_step = nthr // (nb // 4)
-    witer = -(-(kc * rs) // max(wrows_step, 1))
+    used = sum(1 for lst in tile_taps(shape, cfg) if lst) if hoist else 0  # hoisted values: a register each
+    r = ws_params(shape, cfg, kc, minb, used)
+    if r["KC"] == 0:
+        raise ValueError(f"{cfg.tag()}: no channel chunk of tc {cfg.tc} fits {WS_SMEM_LIMIT} bytes of shared memory")
+    g = cfg.grid(shape, batch)
+    wrows_step = r["NTHR"] // (nb // 4)
+    xiter = -(-(r["BIH"] * r["BIW"] * r["KC"] // 4) // r["NTHR"])
     return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q, R=shape.R, S=shape.S,
-                SH=sh, SW=sw, PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw, WH=wh, WW=ww,
-                WARPS=wh * ww, BTH=bth, BTW=btw, BIH=bih, BIW=biw, IW=iw, NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32),
-                TC=cfg.tc, KC=kc, XSTR=xstr, XS_FLOATS=xs, WS_FLOATS=wsf, SMEM=8 * (xs + wsf),
-                THREADS=cfg.threads, NT=cfg.nt, NB=nb, MINB=minb, XITER=xiter, WITER=witer, WROWS_STEP=wrows_step,
-                XFAST=kc % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=tiles_h, TILES_W=tiles_w,
-                TILES_C=math.ceil(shape.C / cfg.tc), TILES_N=math.ceil(shape.N / nb))
+                SH=shape.stride[0], SW=shape.stride[1], PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw,
+                WH=cfg.wh, WW=cfg.ww, WARPS=cfg.wh * cfg.ww, BTH=cfg.th * cfg.wh, BTW=cfg.tw * cfg.ww, IW=iw,
+                NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb,
+                XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
+                XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
+                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"],
+                **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 
-def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, warps: tuple[int, int], *,
-                     kc: int | None = None, hoist: bool = False, minb: int | None = None) -> EmittedKernel:
-    """The warp-tiled sparse convolution (sparse_conv_ws.cu.j2): a block of warps[0] x warps[1] warps, each
-    with the th x tw register tile of `config`, shares one staged input tile and one copy of the weights per
-    chunk of kc channels (double-buffered), so a block reads its weights once for wh*ww times the pixels;
-    masks come from warp ballots. Named `<config name>_w{wh}x{ww}k{kc}` (+ "_h" hoisted, "_m{minb}")."""
+def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, *, kc: int | None = None,
+                     hoist: bool = False, minb: int | None = None) -> EmittedKernel:
+    """The warp-tiled sparse convolution (sparse_conv_ws.cu.j2): a block of config.wh x config.ww warps,
+    each with the th x tw register tile of `config`, shares one staged input tile and one copy of the
+    weights per chunk of KC channels (two stages: the next chunk is copied while this one is used), so a
+    block reads its weights once for wh*ww register tiles; each warp builds a channel's pixel bitmask with
+    ballots. kc, hoist, minb: experiments (tools/check_kernels.py), named by suffix "_k{kc}", "_h", "_m{minb}"."""
     check_config(shape, config)
-    if config.threads != 32 or config.nt not in (1, 2, 4, 8) or shape.N % max(config.nt, 4) \
-            or (config.nt > 1 and shape.N % config.nt):
-        raise ValueError(f"{config.tag()}: the warp-tiled kernel needs 32 threads, nt 1/2/4/8 and N % 4 == 0")
-    g = ws_geometry(shape, batch, config, warps, kc, minb, hoist)
-    if config.tc % g["KC"] or g["NWORDS"] > 4 or g["WROWS_STEP"] < 1 or g["THREADS"] * g["WARPS"] % (g["NB"] // 4):
-        raise ValueError(f"{config.tag()}: kc must divide tc and a warp's in-tile be <= 128 pixels")
-    if g["SMEM"] > DYNAMIC_SMEM_LIMIT:
-        raise ValueError(f"{config.tag()} w{warps}: {g['SMEM']} bytes of shared memory > {DYNAMIC_SMEM_LIMIT}")
-    name = f"{config.name(shape, batch)}_w{warps[0]}x{warps[1]}k{g['KC']}" + ("_h" if hoist else "") \
-        + (f"_m{minb}" if minb is not None else "")
+    if not config.warp_tiled or not ws_eligible(shape, config):
+        raise ValueError(f"{config.tag()}: the warp-tiled kernel needs wh*ww > 1, 32 threads, nt 1/2/4/8, "
+                         f"N % 4 == 0 and a warp in-tile of <= {WS_MAX_WORDS * 32} pixels")
+    g = ws_geometry(shape, batch, config, kc, minb, hoist)
+    if config.tc % g["KC"]:
+        raise ValueError(f"{config.tag()}: kc {g['KC']} must divide tc")
+    if g["SMEM"] > WS_SMEM_LIMIT:
+        raise ValueError(f"{config.tag()}: {g['SMEM']} bytes of shared memory > {WS_SMEM_LIMIT}")
+    name = (config.name(shape, batch) + (f"_k{kc}" if kc is not None else "") + ("_h" if hoist else "")
+            + (f"_m{minb}" if minb is not None else ""))
     taps = tile_taps(shape, config)
     iw, xstr, biw = g["IW"], g["XSTR"], g["BIW"]
     pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]

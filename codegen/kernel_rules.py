@@ -110,3 +110,51 @@ def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
         raise ValueError(f"{cfg.tag()}: {groups} groups x {cfg.threads} threads > {GROUP_MAX_THREADS}")
     if groups > 1 and group_layout(shape, cfg, groups)["SMEM"] > DYNAMIC_SMEM_LIMIT:
         raise ValueError(f"{cfg.tag()}: {groups} groups need more than {DYNAMIC_SMEM_LIMIT} bytes of shared memory")
+
+
+# ---------------------------------------------------------------- warp-tiled blocks (sparse_conv_ws.cu.j2)
+
+WS_WARPS = ((1, 2), (2, 1), (2, 2), (2, 4), (4, 2))  # block shapes the planner considers (run16-ws winners: 2x2, 2x4)
+WS_MAX_WORDS = 4            # a warp's in-tile pixels: at most 4 ballot words (128 pixels)
+WS_REG_MARGIN = 24          # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
+WS_REG_MIN = 80             # 4x4 nt 1 tiles spilled under a 64 cap
+SM_SMEM_BYTES = 228 * 1024  # an H100 SM's shared memory; each block takes 1 KB more
+WS_SMEM_LIMIT = DYNAMIC_SMEM_LIMIT
+
+
+def ws_eligible(shape: ConvShape, cfg: KernelConfig) -> bool:
+    """What the warp-tiled template supports: 32-thread warps, nt 1/2/4/8, 16-byte weight rows (N % 4 == 0,
+    N % nt == 0), a warp window of <= WS_MAX_WORDS ballot words, and a block of <= 1024 threads."""
+    ih, iw = cfg.in_tile(shape)
+    return (cfg.threads == 32 and cfg.nt in (1, 2, 4, 8) and shape.N % 4 == 0 and shape.N % cfg.nt == 0
+            and math.ceil(ih * iw / 32) <= WS_MAX_WORDS and cfg.block_threads() <= 1024
+            and cfg.block_threads() % (32 * cfg.nt // 4 or 1) == 0)
+
+
+def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: int | None = None,
+              extra_regs: int = 0) -> dict:
+    """The warp-tiled kernel's resources: MINB (the most blocks whose register cap covers accumulators + taps
+    + WS_REG_MARGIN + extra_regs), KC (the most channels a chunk, dividing tc, whose two stages let MINB blocks
+    share an SM), the input tile's pixel stride XSTR and the floats of one stage's input tile and weights;
+    SMEM = both stages, dynamic shared memory. 0 for KC where no chunk fits."""
+    rs = shape.R * shape.S
+    nb = cfg.threads * cfg.nt
+    bih = (cfg.th * cfg.wh - 1) * shape.stride[0] + shape.R
+    biw = (cfg.tw * cfg.ww - 1) * shape.stride[1] + shape.S
+    nthr = cfg.block_threads()
+    if minb is None:
+        need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + extra_regs, WS_REG_MIN)
+        minb = 1
+        while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
+            minb += 1
+
+    def stage(k):
+        xstr = k if k % 8 == 4 or k % 4 else k + 4  # pixel stride: the ballots' loads at most 4-way bank conflicts
+        return xstr, -(-bih * biw * xstr // 4) * 4, k * rs * nb
+
+    if kc is None:
+        budget = min(WS_SMEM_LIMIT, SM_SMEM_BYTES // minb - 1024)
+        kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage(k)[1:]) <= budget), 0)
+    xstr, xs, ws = stage(max(kc, 1))
+    return {"MINB": minb, "KC": kc, "XSTR": xstr, "XS_FLOATS": xs, "WS_FLOATS": ws, "SMEM": 8 * (xs + ws),
+            "BIH": bih, "BIW": biw, "NTHR": nthr, "REG_CAP": register_cap(nthr, minb)}

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import hashlib
 import json
 import math
@@ -446,7 +447,7 @@ def ws_bench_kernels(layers, batches) -> dict:
                     variants += WS_VARIANTS
                 for kw in variants:
                     try:
-                        k = emit.render_sparse_ws(sh, b, c, warps, **kw)
+                        k = emit.render_sparse_ws(sh, b, dataclasses.replace(c, wh=warps[0], ww=warps[1]), **kw)
                     except ValueError:
                         continue
                     ks[k.name] = k
@@ -456,7 +457,7 @@ def ws_bench_kernels(layers, batches) -> dict:
 
 def ws_table(rows) -> str:
     """Markdown: per layer, batch and level, the best previous kernel against the best warp-tiled one."""
-    is_ws = re.compile(r"_w\d+x\d+k\d+").search
+    is_ws = re.compile(r"_w\d+x\d+_").search
     lines = ["| layer | B | sparsity | previous µs | warp-tiled µs | ws / previous | best warp-tiled | cuDNN FP32 µs | "
              "×FP32 | cuDNN TF32 µs |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     ratios, vs = {}, {}
@@ -641,8 +642,11 @@ def vec_table(rows) -> str:
 
 def _parse_config(name: str) -> dict:
     import re
-    m = re.search(r"_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)_b", name)
-    return dict(zip(("th", "tw", "tc", "threads", "nt"), map(int, m.groups())))
+    m = re.search(r"_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)(?:_w(\d+)x(\d+))?_b", name)
+    d = dict(zip(("th", "tw", "tc", "threads", "nt"), map(int, m.groups()[:5])))
+    if m.group(6):
+        d.update(wh=int(m.group(6)), ww=int(m.group(7)))
+    return d
 
 
 def best_of(path: Path) -> dict[tuple[str, int], set[str]]:

@@ -142,11 +142,12 @@ def holdout_rows(paths: list[Path]) -> list[dict]:
 # ---------------------------------------------------------------- features and predictions
 
 def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
-    return mod._table(shape, *(np.array([getattr(c, k) for c in cfgs]) for k in ("th", "tw", "tc", "threads", "nt")))
+    keys = ("th", "tw", "tc", "threads", "nt") + (("wh", "ww") if hasattr(mod, "ws_space") else ())
+    return mod._table(shape, *(np.array([getattr(c, k) for c in cfgs]) for k in keys))
 
 
 BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
-PREVIOUS = "77428b3"  # session 3's final model (before nt 8, the predicated-body term, stage 2 keeping half)
+PREVIOUS = "bba7efc"  # session 4's final model (before warp-tiled configs)
 
 
 def before_model(commit: str = BEFORE):
@@ -275,7 +276,38 @@ def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     """The 'exhaustive' reference grid of `picks`: tiles 4x4/4x8/7x7/8x8, 32-128 threads x nt 1-4
     (NB <= max(N, 32), <= 64 accumulators), tc 8/32 at batch 1 and 32/64 at batch > 1 (run6 had
     only min(C, 128)); for 1x1 convs also 1x7/2x4/1x14 tiles, nt 8 and tc 128 at batch > 1 (where run11
-    and run12 found their fastest kernels); configs the emitter cannot build are left out."""
+    and run12 found their fastest kernels); the warp-tiled configs of ws_grid; configs the emitter cannot
+    build are left out."""
+    from codegen import emit
+    return sorted(set(_classic_grid(shape, batch)) | set(ws_grid(shape, batch)))
+
+
+WS_GRID_TILES = ((4, 4, 4), (4, 4, 2), (4, 8, 2), (4, 8, 1), (8, 8, 1), (4, 4, 8), (4, 7, 4))
+
+
+def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """The warp-tiled part of the grid (batch >= costmodel.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
+    N, blocks 2x2 / 2x4 / 4x2 / 1x2 / 2x1, tc 32 / 64 / 128 (run16-ws's winners are among them)."""
+    from codegen import emit
+    if batch < cm.WS_MIN_BATCH:
+        return []
+    space = set(cm.ws_space(shape))
+    out = []
+    for th, tw, nt in WS_GRID_TILES:
+        for wh, ww in ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1)):
+            for tc in (32, 64, 128):
+                c = KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)
+                if c not in space:
+                    continue
+                try:
+                    emit.ws_geometry(shape, batch, c)
+                except ValueError:
+                    continue
+                out.append(c)
+    return out
+
+
+def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     from codegen import emit
     one = shape.R * shape.S == 1
     tiles = ((4, 4), (4, 8), (7, 7), (8, 8)) + (((1, 7), (2, 4), (1, 14)) if one else ())
@@ -297,19 +329,20 @@ def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     return sorted(set(out))
 
 
-def picks() -> dict:
-    """Written before the device run that measures it: per layer of check_kernels' twelve, batch and
-    level, the reference grid and the plan's pick (full configuration space, the build's level sweep)
-    of the current "snn" model and of PREVIOUS's."""
+def picks(batches=PICK_BATCHES, one_by_one: bool = True) -> dict:
+    """Written before the device run that measures it: per layer of check_kernels' twelve (eight without
+    the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
+    build's level sweep) of the current "snn" model and of PREVIOUS's."""
     import check_kernels as ck
     from codegen.costmodel import DEFAULT_LEVELS, parse_levels
     prev = before_model(PREVIOUS)
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
-    layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.GROUP_EXTRA_LAYERS]
+    if one_by_one:
+        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.GROUP_EXTRA_LAYERS]
     levels = parse_levels(DEFAULT_LEVELS)
     out = []
     for label, sh in layers:
-        for b in PICK_BATCHES:
+        for b in batches:
             now = cm.plan_shape(sh, GPU, b, levels, "snn")
             old = prev.plan_shape(sh, GPU, b, levels, "snn")
             grid = pick_grid(sh, b)
@@ -319,7 +352,7 @@ def picks() -> dict:
                             "plan_now_us": round(now[lv].predicted_us, 2), "plan_previous": old[lv].config.tag(),
                             "plan_previous_us": round(old[lv].predicted_us, 2)})
     return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {PREVIOUS}",
-            "levels": list(PICK_LEVELS), "batches": list(PICK_BATCHES), "groups": out}
+            "levels": list(PICK_LEVELS), "batches": list(batches), "groups": out}
 
 
 def score_picks(spec: dict, bench: dict) -> str:
@@ -391,6 +424,8 @@ def main() -> None:
     sub.add_parser("cv")
     pk = sub.add_parser("picks")
     pk.add_argument("--out", type=Path, required=True)
+    pk.add_argument("--batches", default=",".join(map(str, PICK_BATCHES)))
+    pk.add_argument("--no-1x1", action="store_true", help="the eight 3x3 layers only")
     sp = sub.add_parser("scorepicks")
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
@@ -412,7 +447,7 @@ def main() -> None:
         return
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(picks(), indent=1))
+        a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1), indent=1))
         print(f"wrote {a.out}")
         return
     if a.cmd == "scorepicks":

@@ -137,7 +137,8 @@ def load(path: Path) -> list[tuple[ConvShape, KernelConfig, dict]]:
 
 
 RUN3 = "docs/results/kernels/run3-perf-v2/v2/all.json"
-_NAME = re.compile(r"sconv_r(\d+)s(\d+)_str(\d+)_pad(\d+)_c(\d+)n(\d+)_h(\d+)w(\d+)_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)_b(\d+)$")
+_NAME = re.compile(r"sconv_r(\d+)s(\d+)_str(\d+)_pad(\d+)_c(\d+)n(\d+)_h(\d+)w(\d+)_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)"
+                   r"(?:_w(\d+)x(\d+))?_b(\d+)$")
 
 
 def parse_kernel(name: str) -> tuple[ConvShape, KernelConfig, int] | None:
@@ -145,8 +146,8 @@ def parse_kernel(name: str) -> tuple[ConvShape, KernelConfig, int] | None:
     m = _NAME.match(name)
     if not m:
         return None
-    R, S, st, pd, C, N, H, W, th, tw, tc, t, nt, b = map(int, m.groups())
-    return ConvShape(C, N, H, W, R, S, (st, st), (pd, pd)), KernelConfig(th, tw, tc, t, nt), b
+    R, S, st, pd, C, N, H, W, th, tw, tc, t, nt, wh, ww, b = (int(v) if v else 1 for v in m.groups())
+    return ConvShape(C, N, H, W, R, S, (st, st), (pd, pd)), KernelConfig(th, tw, tc, t, nt, wh, ww), b
 
 
 def _err(est, real) -> str:

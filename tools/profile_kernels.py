@@ -15,6 +15,7 @@ all zero), weights random, cubins from check_kernels' cache ($SNN_CACHE_DIR or .
 from __future__ import annotations
 
 import csv
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -81,7 +82,10 @@ def kernels():
     out = []
     for label, sh, b, cfg, s, *rest in CASES:
         kw = dict(rest[0]) if rest else {}
-        k = emit.render_sparse_ws(sh, b, cfg, kw.pop("warps"), **kw) if "warps" in kw else emit.render_sparse(sh, b, cfg, **kw)
+        if "warps" in kw:
+            wh, ww = kw.pop("warps")
+            cfg = dataclasses.replace(cfg, wh=wh, ww=ww)
+        k = emit.render_sparse(sh, b, cfg, **kw)
         out.append((label, k, sh, b, s))
     return out
 
