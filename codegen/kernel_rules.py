@@ -142,8 +142,11 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
     bih = (cfg.th * cfg.wh - 1) * shape.stride[0] + shape.R
     biw = (cfg.tw * cfg.ww - 1) * shape.stride[1] + shape.S
     nthr = cfg.block_threads()
-    if minb is None:
-        need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + extra_regs, WS_REG_MIN)
+    ih, iw = cfg.in_tile(shape)
+    words = math.ceil(ih * iw / 32)
+    if minb is None:  # + 16 a ballot word past two: 8x8 nt 1 (4 words) spilled 8 bytes under 128 registers
+        need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs,
+                   WS_REG_MIN)
         minb = 1
         while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
             minb += 1

@@ -66,11 +66,14 @@ def test_space_covers_every_conv_of_every_network():
             (7, 7, (2, 2), (3, 3))} <= kinds
     for s in shapes:
         sp = cm._space(s)  # the arrays behind config_space(s), checked all at once
-        th, tw, tc, threads, nt = (sp[k] for k in ("th", "tw", "tc", "threads", "nt"))
+        th, tw, tc, threads, nt, wh, ww = (sp[k] for k in ("th", "tw", "tc", "threads", "nt", "wh", "ww"))
         assert len(th) > 10, s.tag()
         assert ((threads >= 32) & (threads <= 256) & (threads % 32 == 0)).all()
-        assert (th * tw * nt <= cm.ACC_MAX).all()
-        assert (-(-s.P // th) * th <= 1.15 * s.P).all() and (-(-s.Q // tw) * tw <= 1.15 * s.Q).all()
+        ws = wh * ww > 1  # warp-tiled: 32 threads a register tile, up to WS_ACC_MAX accumulators
+        assert (th * tw * nt <= np.where(ws, cm.WS_ACC_MAX, cm.ACC_MAX)).all() and (threads[ws] == 32).all()
+        assert not ws.any() or (s.R * s.S > 1 and s.stride == (1, 1)), s.tag()
+        bh, bw = th * wh, tw * ww
+        assert (-(-s.P // bh) * bh <= 1.15 * s.P).all() and (-(-s.Q // bw) * bw <= 1.15 * s.Q).all()
         assert (-(-s.N // (threads * nt)) * threads * nt <= 1.125 * s.N).all()
         assert ((tc >= 1) & (tc <= s.C)).all()
         for g in known_gpus():  # and every GPU can run something

@@ -815,6 +815,22 @@ def check_items(batches_extra=(3,), vec: bool = False):
     return items
 
 
+def ws_check_items():
+    """Warp-tiled kernels (emit.render_sparse_ws): ragged C (a chunk past C), N (past the last block's
+    channels) and P/Q (warps past the output), atomics and direct stores, nt 1/2/4/8, hoisted loads,
+    a 5x5 filter, batch 1 and 3."""
+    cases = [(ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2), {}),
+             (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 4, 36, 32, 1, 4, 2), {}),
+             (ConvShape(64, 72, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 16, 32, 2, 1, 2), {}),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 64, 32, 4, 2, 2), {}),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 256, 32, 4, 2, 4), {}),
+             (ConvShape(512, 512, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 128, 32, 8, 2, 2), {"hoist": True}),
+             (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 128, 32, 1, 2, 4), {}),
+             (ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 7, 32, 32, 4, 2, 2), {"kc": 8}),
+             (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2), {})]
+    return [(emit.render_sparse_ws(sh, b, cfg, **kw), sh, b) for sh, cfg, kw in cases for b in (1, 3)]
+
+
 def coo_items():
     out = []
     for sh, cfg in [(ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 32, 64, 1)),
@@ -855,8 +871,8 @@ def main(argv=None):
     ap.add_argument("--tune1x1", action="store_true",
                     help="bench tune1x1_kernels on the ResNet-152 1x1 layers (top_table.md)")
     ap.add_argument("--ws", action="store_true",
-                    help="bench the warp-tiled kernels of ws_bench_kernels against the previous best on BENCH_LAYERS "
-                         "(ws_table.md)")
+                    help="warp-tiled kernels: check ws_check_items; bench ws_bench_kernels against the previous best on "
+                         "BENCH_LAYERS (ws_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -866,7 +882,7 @@ def main(argv=None):
     a.out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
 
-    items = group_check_items() if a.groups else check_items(vec=a.vec)
+    items = group_check_items() if a.groups else ws_check_items() if a.ws else check_items(vec=a.vec)
     coo = coo_items()
     batches = [int(b) for b in a.batches.split(",")]
     levels = [float(v) for v in a.levels.split(",")]

@@ -2,11 +2,12 @@
 # End to end A/B of two code trees on the device: this checkout ("new") against the tree carried in
 # .carry/old ("old": e.g. `git archive <commit> | tar -x -C .carry/old`). For each: its own build (cubins
 # precompiled on the CPU machine into .carry/cache_new / .carry/cache_old: all hits there), a fresh
-# calibration, then bench e2e at batch 1 and 8 with sparsity profile 0.7; calibrations and e2e runs
-# interleaved. Writes $OUT/r/{new,old}/ and prints one line per side and batch.
-#   bash tools/e2e_ab.sh NETWORK [extra calibrate arguments, e.g. --levels 0.4:0.9:0.1]
+# calibration, then bench e2e at batch 1 and 8 (or $BATCHES) with sparsity profile 0.7; calibrations and e2e
+# runs interleaved. Writes $OUT/r/{new,old}/ and prints one line per side and batch.
+#   [BATCHES=8] bash tools/e2e_ab.sh NETWORK [extra calibrate arguments, e.g. --levels 0.4:0.9:0.1]
 set -u
 NET=$1; shift
+B=${BATCHES:-1,8}
 export PYTHONUNBUFFERED=1 SNN_GIT_COMMIT=$(cat .carry/commit)
 ROOT=$PWD; P=$ROOT/.carry/photos; R=$OUT/r; mkdir -p "$R"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$R/env.txt" 2>&1
@@ -18,13 +19,13 @@ side() {  # side new|old, then a command run in that tree
     (cd "$dir" && SNN_CACHE_DIR=$ROOT/.carry/cache_$v PYTHONPATH=$dir "$@")
 }
 for v in new old; do
-    side $v timeout 120 python3 -m cli build network_specs/$NET.yaml --gpu h100 --batch 1,8 -j 16 2>&1 | tail -1
+    side $v timeout 120 python3 -m cli build network_specs/$NET.yaml --gpu h100 --batch $B -j 16 2>&1 | tail -1
 done > "$R/build.log" 2>&1
 run() { local v=$1 t=$2; shift 2; echo "+ [$v] snn-run $*"
         side $v timeout "$t" python3 -X faulthandler -c "import cli; cli.run_main()" "$@"; echo "exit $? at $((SECONDS-T0)) s"; }
 {
-for v in new old; do run $v 200 calibrate --spec network_specs/$NET.yaml --batch 1,8 "$@" --images "$P" --out "$R/$v"; done
-for v in new old; do run $v 120 bench e2e --spec network_specs/$NET.yaml --batch 1,8 --sparsity-profile 0.7 --images "$P" --out "$R/$v"; done
+for v in new old; do run $v 200 calibrate --spec network_specs/$NET.yaml --batch $B "$@" --images "$P" --out "$R/$v"; done
+for v in new old; do run $v 120 bench e2e --spec network_specs/$NET.yaml --batch $B --sparsity-profile 0.7 --images "$P" --out "$R/$v"; done
 } > "$R/bench.log" 2>&1
 cat "$R/build.log"; grep -E "^\+ |^exit|Fatal|Error" "$R/bench.log" | tail -12
 python3 - <<'PY'

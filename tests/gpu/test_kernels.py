@@ -41,6 +41,15 @@ def test_resnet50_sparse_kernels_match_torch(driver, tmp_path_factory):
     assert len(rows) == len(items) and not bad, bad[:5]
 
 
+def test_warp_tiled_kernels_match_torch(driver, tmp_path_factory):
+    """Warp-tiled blocks: ragged C, N and P/Q, atomics and direct stores, nt 1-8, dynamic shared memory."""
+    items = ck.ws_check_items()
+    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
+    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
+    bad = [r for r in rows if not r["ok"]]
+    assert len(rows) == len(items) and not bad, bad[:5]
+
+
 def test_coo_conversion_matches_reference(driver, tmp_path_factory):
     items = ck.coo_items()
     _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)

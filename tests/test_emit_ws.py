@@ -1,0 +1,99 @@
+"""Warp-tiled blocks (KernelConfig wh*ww > 1, sparse_conv_ws.cu.j2): several register tiles a block sharing
+one staged copy of input and weights. Config naming, the emitter's contract with the launch and the cost
+model's resource rules, the planner's family rules, and nvcc (0 spills / 0 stack)."""
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from nvcc_units import compile_units
+
+from codegen import costmodel as cm
+from codegen import emit, kernel_rules
+from codegen.config import KernelConfig
+from codegen.gpu import load_gpu
+from codegen.spec import ConvShape
+
+S14 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+RAGGED = ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1))
+
+
+def test_config_name_dict_and_grid():
+    cfg = KernelConfig(4, 4, 64, 32, 4, 2, 2)
+    assert cfg.warp_tiled and not KernelConfig(4, 4, 64, 32, 4).warp_tiled
+    assert cfg.tag() == "th4tw4tc64_t32n4_w2x2" and cfg.name(S14, 32).endswith("_th4tw4tc64_t32n4_w2x2_b32")
+    assert KernelConfig.from_dict(cfg.to_dict()) == cfg
+    classic = KernelConfig(4, 8, 32, 64, 2)
+    assert classic.to_dict() == {"th": 4, "tw": 8, "tc": 32, "threads": 64, "nt": 2}  # manifests as before
+    assert KernelConfig.from_dict(classic.to_dict()) == classic
+    g = cfg.grid(S14, 32)   # block tile 8x8 over 14x14: 2x2 tiles; 128 channels a block: 2 N tiles
+    assert (g["tiles_h"], g["tiles_w"], g["tiles_c"], g["tiles_n"]) == (2, 2, 4, 2) and cfg.block_threads() == 128
+
+
+def test_render_dispatches_and_launch_matches_rules():
+    cfg = KernelConfig(4, 4, 64, 32, 4, 2, 2)
+    k = emit.render_sparse(S14, 32, cfg)
+    assert k.name == cfg.name(S14, 32) and k.source == emit.render_sparse_ws(S14, 32, cfg).source
+    r = kernel_rules.ws_params(S14, cfg)
+    assert k.steps[0] == {"op": "memset", "buffer": "output"}                       # tc 64 < C: atomics
+    assert k.steps[1]["block"] == [32, 4, 1] and k.steps[1]["grid"] == [4, 8, 32] and k.steps[1]["smem"] == r["SMEM"]
+    assert f"#define KC {r['KC']}" in k.source and f"__launch_bounds__(NTHR, {r['MINB']})" in k.source
+    assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM (run16-ws)
+    assert cm.estimate_resources(S14, cfg) == (min(64 + 36 + cm.REG_BASE, 128), r["SMEM"])
+    whole = emit.render_sparse(S14, 8, KernelConfig(4, 4, 256, 32, 4, 2, 4))
+    assert len(whole.steps) == 1 and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
+    assert emit.render_sparse_ws(S14, 8, cfg, kc=8, hoist=True).name == cfg.name(S14, 8) + "_k8_h"
+
+
+def test_ragged_shapes_get_their_guards():
+    src = emit.render_sparse(RAGGED, 3, KernelConfig(4, 4, 32, 32, 1, 2, 2)).source   # C 36, N 40, 9x11 output
+    assert "if (p0 + i >= P) break;" in src and "if (q0 + j >= Q) break;" in src      # warps past the output
+    assert "c0 + (xdst[i] % XSTR) < C" in src and "c0 + (wrow0 + i * WROWS_STEP) / RS < C" in src  # chunk past C
+    assert "wcol_in" in src and "if (n0 + 0 * THREADS < N)" in src                     # channels past N
+    exact = emit.render_sparse(S14, 32, KernelConfig(4, 4, 64, 32, 4, 2, 2)).source
+    assert "p0 + i >= P" in exact and "wcol_in" not in exact and "< C" not in exact.split("auto fill")[1].split("float acc")[0]
+
+
+def test_unsupported_configs_raise():
+    for cfg in (KernelConfig(4, 4, 64, 64, 4, 2, 2),            # 64 threads a warp tile
+                KernelConfig(4, 4, 64, 32, 3, 2, 2),            # nt 3
+                KernelConfig(8, 16, 64, 32, 1, 2, 2)):          # a warp window of 10 x 18 = 180 pixels: > 4 words
+        with pytest.raises(ValueError):
+            emit.render_sparse(S14, 8, cfg)
+    with pytest.raises(ValueError, match="warp-tiled"):
+        emit.render_sparse(S14, 8, KernelConfig(4, 4, 64, 32, 4, 2, 2), loop="switch")
+    with pytest.raises(ValueError):
+        emit.render_sparse(ConvShape(64, 42, 14, 14, 3, 3, (1, 1), (1, 1)), 8, KernelConfig(4, 4, 64, 32, 2, 2, 2))  # N % 4
+
+
+def test_planner_family_rules():
+    gpu = load_gpu("h100")
+    space = cm.ws_space(S14)
+    assert space and all(c.warp_tiled and c.threads == 32 and c.th * c.tw * c.nt <= cm.WS_ACC_MAX for c in space)
+    assert set(space) <= set(cm.config_space(S14))
+    assert not cm.ws_space(ConvShape(256, 256, 14, 14, 1, 1, (1, 1), (0, 0)))      # 1x1: not measured
+    assert not cm.ws_space(ConvShape(128, 128, 28, 28, 3, 3, (2, 2), (1, 1)))      # stride 2: not measured
+    assert not cm.ws_space(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))
+    # batch 1 and the "paper" / "pipes" models never see them
+    for model, batch in (("snn", 1), ("paper", 32), ("pipes", 32)):
+        st = cm.stages(S14, gpu, batch, 0.7, model)
+        assert not any(c.warp_tiled for c in st["stage1"]), (model, batch)
+    st = cm.stages(S14, gpu, 32, 0.7, "snn")
+    # stage 2 ranks data movement within each family: warp-tiled blocks re-read weights less by design
+    assert any(c.warp_tiled for c in st["stage2"]) and any(not c.warp_tiled for c in st["stage2"])
+    pick = cm.plan_shape(S14, gpu, 32, [0.7])[0.7].config
+    assert pick.warp_tiled        # run16-ws: 0.79x the classic kernel's best at batch 32
+    emit.render_sparse(S14, 32, pick)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
+def test_ws_kernels_compile_without_spills():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import check_kernels as ck
+    ks = [k for k, _, b in ck.ws_check_items() if b == 3]
+    report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))
+    assert set(report) == {k.name for k in ks}
+    assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+    r = report[emit.render_sparse(S14, 3, KernelConfig(4, 4, 64, 32, 4, 2, 2)).name]
+    assert r["registers"] <= kernel_rules.ws_params(S14, KernelConfig(4, 4, 64, 32, 4, 2, 2))["REG_CAP"]
