@@ -74,11 +74,12 @@ STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more s
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
 # ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only, batch >= 8
-WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (4, 7), (7, 4), (2, 8), (8, 8))  # a warp's register tile
+# a warp's register tile; 4x7 / 7x4 left out: never the fastest (run16-ws) and 24 % slower than predicted at nt 1
+# (run17-model)
+WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8))
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
 WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
-WS_W_INS = 0.35            # share of SNN_FIT's w_ins a warp-tiled thread spends per weight: one LDS.128 per 4 and
-                           # its part of the block's copy (SASS), not a cp.async + LDS per weight of its own ring
+WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
 
 # ---- "pipes" model constants: the stage 3 used before the fit (kept selectable: on the H100 its picks ran
 # ResNet-152 end to end faster than the fitted model's, docs/costmodel.md "Two stage-3 models") ----------
@@ -600,9 +601,12 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     f_issued = tab["nt"][idx] * tab["pairs_thr"][idx] * (pred + (1.0 - pred) * density)
     npix = tab["npix"][idx]
     lat = k_["ch_cyc"] + k_["pix_cyc"] * npix + k_["fma_cyc"] * f
-    w_ins = np.where(tab["ws"][idx], k_["w_ins"] * WS_W_INS, k_["w_ins"])
-    ins = warps * (k_["ch_ins"] + w_ins * shape.R * shape.S * tab["nt"][idx]
-                   + k_["pix_ins"] * npix + f_issued)                # warp instructions per channel and block
+    rs, nt = shape.R * shape.S, tab["nt"][idx]
+    # weights: the classic kernel's per-thread ring (fitted, per weight); a warp-tiled warp loads its taps as
+    # vectors and copies its share of the block's weight rows (SASS: one LDS.128 a vector, ~2 a copied one)
+    w_warp = np.where(tab["ws"][idx], rs * np.ceil(nt / 4) + WS_FILL_INS * rs * cpb / 128 / warps,
+                      k_["w_ins"] * rs * nt)
+    ins = warps * (k_["ch_ins"] + w_warp + k_["pix_ins"] * npix + f_issued)  # warp instructions per channel and block
 
     out = warps * th * tw * tab["nt"][idx] * k_["out_cyc"]         # SM cycles of the write-back, once per block
 

@@ -329,7 +329,7 @@ def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     return sorted(set(out))
 
 
-def picks(batches=PICK_BATCHES, one_by_one: bool = True) -> dict:
+def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS) -> dict:
     """Written before the device run that measures it: per layer of check_kernels' twelve (eight without
     the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
     build's level sweep) of the current "snn" model and of PREVIOUS's."""
@@ -346,13 +346,13 @@ def picks(batches=PICK_BATCHES, one_by_one: bool = True) -> dict:
             now = cm.plan_shape(sh, GPU, b, levels, "snn")
             old = prev.plan_shape(sh, GPU, b, levels, "snn")
             grid = pick_grid(sh, b)
-            for lv in PICK_LEVELS:
+            for lv in pick_levels:
                 out.append({"layer": label, "shape": sh.tag(), "C": sh.C, "N": sh.N, "H": sh.H, "R": sh.R, "batch": b,
                             "level": lv, "grid": [c.tag() for c in grid], "plan_now": now[lv].config.tag(),
                             "plan_now_us": round(now[lv].predicted_us, 2), "plan_previous": old[lv].config.tag(),
                             "plan_previous_us": round(old[lv].predicted_us, 2)})
     return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {PREVIOUS}",
-            "levels": list(PICK_LEVELS), "batches": list(batches), "groups": out}
+            "levels": list(pick_levels), "batches": list(batches), "groups": out}
 
 
 def score_picks(spec: dict, bench: dict) -> str:
@@ -426,6 +426,7 @@ def main() -> None:
     pk.add_argument("--out", type=Path, required=True)
     pk.add_argument("--batches", default=",".join(map(str, PICK_BATCHES)))
     pk.add_argument("--no-1x1", action="store_true", help="the eight 3x3 layers only")
+    pk.add_argument("--levels", default=",".join(map(str, PICK_LEVELS)))
     sp = sub.add_parser("scorepicks")
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
@@ -447,7 +448,8 @@ def main() -> None:
         return
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1), indent=1))
+        a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1,
+                                          tuple(float(v) for v in a.levels.split(","))), indent=1))
         print(f"wrote {a.out}")
         return
     if a.cmd == "scorepicks":
