@@ -455,6 +455,35 @@ def ws_bench_kernels(layers, batches) -> dict:
     return out
 
 
+WS_EXACT_TILES = {256: [(4, 4, 4), (2, 7, 4), (7, 2, 4)], 128: [(4, 4, 4), (2, 7, 4), (7, 2, 4)],
+                  64: [(4, 4, 2), (2, 7, 2), (4, 7, 2)], 32: [(4, 8, 1), (2, 7, 1), (4, 7, 1), (8, 7, 1)]}
+WS_EXACT_WARPS = [(2, 2), (2, 4), (2, 1), (7, 1), (1, 7), (7, 2), (2, 7), (4, 1)]
+
+
+def ws_exact_kernels(layers, batches) -> dict:
+    """bench --ws-exact (run19): warp-tiled blocks that tile the output exactly (7 / 14 / 28 rows from 2x7, 4x4 x 7
+    warps, ...) against run18's best warp-tiled configs, which pad 14 and 28 to 16 and 32."""
+    out = {}
+    for _, sh in layers:
+        for b in batches:
+            ks = {}
+            for th, tw, nt in WS_EXACT_TILES[min(256, max(32, 1 << (sh.N.bit_length() - 1)))]:
+                th, tw = min(th, sh.P), min(tw, sh.Q)
+                for wh, ww in WS_EXACT_WARPS:
+                    bh, bw = th * wh, tw * ww
+                    if -(-sh.P // bh) * bh > 1.15 * sh.P or -(-sh.Q // bw) * bw > 1.15 * sh.Q or wh * ww * 32 > 512:
+                        continue
+                    for tc in ((64, 128) if b >= 32 else (32, 64)):
+                        cfg = KernelConfig(th, tw, min(tc, sh.C), 32, nt, wh, ww)
+                        try:
+                            k = emit.render_sparse(sh, b, cfg)
+                        except ValueError:
+                            continue
+                        ks[k.name] = k
+            out[(sh, b)] = list(ks.values())
+    return out
+
+
 def ws_table(rows) -> str:
     """Markdown: per layer, batch and level, the best previous kernel against the best warp-tiled one."""
     is_ws = re.compile(r"_w\d+x\d+_").search
@@ -873,6 +902,8 @@ def main(argv=None):
     ap.add_argument("--ws", action="store_true",
                     help="warp-tiled kernels: check ws_check_items; bench ws_bench_kernels against the previous best on "
                          "BENCH_LAYERS (ws_table.md)")
+    ap.add_argument("--ws-exact", action="store_true",
+                    help="bench ws_exact_kernels (warp-tiled blocks tiling the output exactly) on BENCH_LAYERS (top_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -924,9 +955,11 @@ def main(argv=None):
         bench_k = inner_bench_kernels(layers, batches)
     elif a.tune1x1:
         bench_k = tune1x1_kernels(layers, batches)
+    elif a.ws_exact:
+        bench_k = ws_exact_kernels(layers, batches)
     elif a.ws:
         bench_k = ws_bench_kernels(layers, batches)
-    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws):
+    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -982,7 +1015,7 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
-        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1, "top_table", top_table),
+        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1 or a.ws_exact, "top_table", top_table),
                                   (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table),
                                   (a.ws, "ws_table", ws_table)):
             if wanted:  # the mode's own table, in the JSON and as KEY.md

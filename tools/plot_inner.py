@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
-"""Plot a `check_kernels.py bench --inner` JSON: per layer at one level, the best previous-config kernel,
-the best nt 8 one and cuDNN FP32 / TF32, one panel per batch.
+"""Plot a `check_kernels.py bench --inner` (or `--ws`) JSON: per layer at one level, the best previous-config
+kernel, the best nt 8 (warp-tiled) one and cuDNN FP32 / TF32, one panel per batch.
 
     python tools/plot_inner.py docs/results/kernels/run11-l1/bench/bench.json --level 0.7 --out PNG
+    python tools/plot_inner.py docs/results/kernels/run16-ws/bench/bench.json --ws --level 0.7 --out PNG
 """
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 
@@ -16,6 +18,7 @@ def main() -> None:
     ap.add_argument("json", type=Path)
     ap.add_argument("--level", type=float, default=0.7)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--ws", action="store_true", help="warp-tiled kernels (names with _wAxB) against the rest")
     a = ap.parse_args()
     import matplotlib
     matplotlib.use("Agg")
@@ -25,9 +28,12 @@ def main() -> None:
     fig, axes = plt.subplots(1, len(batches), figsize=(7 * len(batches), 5), squeeze=False)
     for ax, b in zip(axes[0], batches):
         sel = [r for r in rows if r["batch"] == b]
+        new = (lambda n: re.search(r"_w\d+x\d+", n) is not None) if a.ws else \
+            (lambda n: "n8_" in n and not n.endswith(("_h", "_ca")))
+        old = (lambda n: not new(n)) if a.ws else (lambda n: "n8_" not in n and not n.endswith(("_h", "_ca")))
         series = {
-            "previous best configs": [min((t for n, t in r["all_us"].items() if "n8_" not in n and not n.endswith(("_h", "_ca"))), default=float("nan")) for r in sel],
-            "nt 8": [min((t for n, t in r["all_us"].items() if "n8_" in n and not n.endswith(("_h", "_ca"))), default=float("nan")) for r in sel],
+            "previous best configs": [min((t for n, t in r["all_us"].items() if old(n)), default=float("nan")) for r in sel],
+            "warp-tiled" if a.ws else "nt 8": [min((t for n, t in r["all_us"].items() if new(n)), default=float("nan")) for r in sel],
             "cuDNN FP32": [r["cudnn_fp32_us"] for r in sel],
             "cuDNN TF32": [r["cudnn_tf32_us"] for r in sel],
         }

@@ -4,7 +4,7 @@ kernel, per layer, batch and level (docs/results/kernels/run8-model).
 
     python tools/plot_model_picks.py SCOREPICKS.md PICKS.png [PREVIOUS_LABEL]
 
-PREVIOUS_LABEL names the previous model (default "2aa4a42", run8's; run13 used "77428b3").
+PREVIOUS_LABEL names the previous model (default "2aa4a42", run8's; run13 used "77428b3", run17/18 "bba7efc").
 """
 import re
 import sys
@@ -20,8 +20,10 @@ def main(md: str, png: str, previous: str = "2aa4a42") -> None:
         m = re.match(r"\| (.+?) \| (\d+) \| ([\d.]+) \| [^|]+ \| [^|]*, ([\d.]+) \| [^|]*, ([\d.]+) \| ([\d.]+) \|", line)
         if m:
             rows.append((m.group(1), int(m.group(2)), float(m.group(3)), float(m.group(4)), float(m.group(5))))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 5), sharey=True)
-    for ax, b in zip(axes, (1, 8, 32)):
+    batches = sorted({r[1] for r in rows})
+    fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 5), sharey=True, squeeze=False)
+    axes = axes[0]
+    for ax, b in zip(axes, batches):
         sel = [r for r in rows if r[1] == b]
         x = range(len(sel))
         ax.bar([i - 0.2 for i in x], [r[4] for r in sel], 0.4, label=f"previous model ({previous})", color="#bbbbbb")
