@@ -74,9 +74,9 @@ STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more s
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
 # ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only, batch >= 8
-# a warp's register tile; 4x7 / 7x4 left out: never the fastest (run16-ws) and 24 % slower than predicted at nt 1
-# (run17-model)
-WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8))
+# a warp's register tile; 4x7 / 7x4 left out: mispredicted both ways (nt 1: 18 % slower than predicted, nt 4:
+# 16 % faster, spread 15-23 %, run17-model + run19-exact), where 2x7 / 7x2 are within 10 %
+WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 2))
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
 WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)

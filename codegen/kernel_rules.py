@@ -114,7 +114,9 @@ def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
 
 # ---------------------------------------------------------------- warp-tiled blocks (sparse_conv_ws.cu.j2)
 
-WS_WARPS = ((1, 2), (2, 1), (2, 2), (2, 4), (4, 2))  # block shapes the planner considers (run16-ws winners: 2x2, 2x4)
+# block shapes the planner considers: run16-ws's winners 2x2 / 2x4, and the 7-row / 7-column ones that tile
+# 7, 14 and 28 exactly (run19-exact: 2x7 warp tiles in 7x2 blocks 0.96x the 8x8 blocks on 14x14 and 28x28)
+WS_WARPS = ((1, 2), (2, 1), (2, 2), (2, 4), (4, 2), (4, 1), (1, 4), (7, 1), (1, 7), (7, 2), (2, 7))
 WS_MAX_WORDS = 4            # a warp's in-tile pixels: at most 4 ballot words (128 pixels)
 WS_REG_MARGIN = 24          # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
 WS_REG_MIN = 80             # 4x4 nt 1 tiles spilled under a 64 cap
