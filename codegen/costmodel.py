@@ -242,7 +242,10 @@ def ws_space(shape: ConvShape) -> list[KernelConfig]:
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
-                    if tc >= 8 and rules.ws_eligible(shape, cfg) and rules.ws_params(shape, cfg)["KC"] > 0:
+                    if tc >= 8 and rules.ws_eligible(shape, cfg):
+                        r = rules.ws_params(shape, cfg)
+                        if r["KC"] == 0 or not r["REGS_OK"]:
+                            continue
                         out.append(cfg)
     return out
 
@@ -326,7 +329,7 @@ def _ws_resources(shape: ConvShape, th, tw, tc, threads, nt, wh, ww):
         r = rules.ws_params(shape, cfg)
         regs.append(min(cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_BASE, r["REG_CAP"]))
         smem.append(r["SMEM"])
-        ok.append(r["KC"] > 0 and cfg.tc % r["KC"] == 0 and rules.ws_eligible(shape, cfg))
+        ok.append(r["KC"] > 0 and cfg.tc % r["KC"] == 0 and r["REGS_OK"] and rules.ws_eligible(shape, cfg))
     return np.array(regs, dtype=np.int64), np.array(smem, dtype=np.int64), np.array(ok, dtype=bool)
 
 

@@ -298,6 +298,9 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, kc: int | None 
     r = ws_params(shape, cfg, kc, minb, used)
     if r["KC"] == 0:
         raise ValueError(f"{cfg.tag()}: no channel chunk of tc {cfg.tc} fits {WS_SMEM_LIMIT} bytes of shared memory")
+    if not r["REGS_OK"] and minb is None:
+        raise ValueError(f"{cfg.tag()}: {cfg.block_threads()} threads a block leave {r['REG_CAP']} registers, fewer "
+                         f"than its tile needs")
     g = cfg.grid(shape, batch)
     wrows_step = r["NTHR"] // (nb // 4)
     xiter = -(-(r["BIH"] * r["BIW"] * r["KC"] // 4) // r["NTHR"])

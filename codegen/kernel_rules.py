@@ -138,7 +138,8 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
     """The warp-tiled kernel's resources: MINB (the most blocks whose register cap covers accumulators + taps
     + WS_REG_MARGIN + extra_regs), KC (the most channels a chunk, dividing tc, whose two stages let MINB blocks
     share an SM), the input tile's pixel stride XSTR and the floats of one stage's input tile and weights;
-    SMEM = both stages, dynamic shared memory. 0 for KC where no chunk fits."""
+    SMEM = both stages, dynamic shared memory. 0 for KC where no chunk fits; REGS_OK false where even one block
+    an SM cannot give the tile its registers (the emitter refuses, the planner leaves it out)."""
     rs = shape.R * shape.S
     nb = cfg.threads * cfg.nt
     bih = (cfg.th * cfg.wh - 1) * shape.stride[0] + shape.R
@@ -146,9 +147,10 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
     nthr = cfg.block_threads()
     ih, iw = cfg.in_tile(shape)
     words = math.ceil(ih * iw / 32)
-    if minb is None:  # + 16 a ballot word past two: 8x8 nt 1 (4 words) spilled 8 bytes under 128 registers
-        need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs,
-                   WS_REG_MIN)
+    # + 16 a ballot word past two: 8x8 nt 1 (4 words) spilled 8 bytes under 128 registers
+    need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs,
+               WS_REG_MIN)
+    if minb is None:
         minb = 1
         while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
             minb += 1
@@ -161,5 +163,8 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
         budget = min(WS_SMEM_LIMIT, SM_SMEM_BYTES // minb - 1024)
         kc = next((k for k in (16, 8, 4, 2, 1) if cfg.tc % k == 0 and 8 * sum(stage(k)[1:]) <= budget), 0)
     xstr, xs, ws = stage(max(kc, 1))
+    cap = register_cap(nthr, minb)
     return {"MINB": minb, "KC": kc, "XSTR": xstr, "XS_FLOATS": xs, "WS_FLOATS": ws, "SMEM": 8 * (xs + ws),
-            "BIH": bih, "BIW": biw, "NTHR": nthr, "REG_CAP": register_cap(nthr, minb)}
+            "BIH": bih, "BIW": biw, "NTHR": nthr, "REG_CAP": cap,
+            # a block too large for the registers its tile needs even alone on the SM (8x8 nt 1 in 14 warps spilled)
+            "REGS_OK": cap >= min(need, 255)}
