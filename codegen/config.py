@@ -59,7 +59,8 @@ class KernelConfig:
 
     def grid(self, shape: ConvShape, batch: int) -> dict[str, int]:
         """How many tiles of each kind cover the layer (per image for the spatial ones)."""
-        return {"tiles_h": math.ceil(shape.P / (self.th * self.wh)), "tiles_w": math.ceil(shape.Q / (self.tw * self.ww)),
+        return {"tiles_h": math.ceil(shape.P / (self.th * self.wh)),
+                "tiles_w": math.ceil(shape.Q / (self.tw * self.ww)),
                 "tiles_c": math.ceil(shape.C / self.tc),
                 "tiles_n": math.ceil(shape.N / self.channels_per_block()), "batch": batch}
 
@@ -68,4 +69,5 @@ class KernelConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
-        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")}, wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)))
+        return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")},
+                   wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)))

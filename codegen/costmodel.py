@@ -217,7 +217,8 @@ def _classic_space(shape: ConvShape) -> dict[str, np.ndarray]:
     nt = np.array([c[1] for c in chans], dtype=np.int64)[ch]
     keep = th * tw * nt <= ACC_MAX
     one = np.ones(int(keep.sum()), dtype=np.int64)
-    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep], "wh": one, "ww": one}
+    return {"th": th[keep], "tw": tw[keep], "tc": tc[keep], "threads": threads[keep], "nt": nt[keep],
+            "wh": one, "ww": one}
 
 
 def ws_space(shape: ConvShape) -> list[KernelConfig]:
@@ -265,7 +266,7 @@ def _space(shape: ConvShape) -> dict[str, np.ndarray]:
 def config_space(shape: ConvShape) -> list[KernelConfig]:
     """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
     sp = _space(shape)
-    return [KernelConfig(*map(int, row)) for row in zip(sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["wh"], sp["ww"])]
+    return [KernelConfig(*map(int, row)) for row in zip(*(sp[k] for k in ("th", "tw", "tc", "threads", "nt", "wh", "ww")))]
 
 
 # The kernel's resource rules (kernel_rules.weight_ring_depth, min_blocks, register_cap, chunk_channels)

@@ -178,7 +178,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, *, loop: s
     """
     if config.warp_tiled:
         if loop != "mask" or groups != 1 or vec is False or wd is not None:
-            raise ValueError(f"{config.tag()}: the warp-tiled kernel has the mask loop, vector channels, no groups, no ring")
+            raise ValueError(f"{config.tag()}: the warp-tiled kernel has the mask loop, vector channels, no groups, "
+                             "no ring")
         return render_sparse_ws(shape, batch, config, kc=kc, hoist=bool(hoist))
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {LOOPS}")

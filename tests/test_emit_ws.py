@@ -52,7 +52,8 @@ def test_ragged_shapes_get_their_guards():
     assert "c0 + (xdst[i] % XSTR) < C" in src and "c0 + (wrow0 + i * WROWS_STEP) / RS < C" in src  # chunk past C
     assert "wcol_in" in src and "if (n0 + 0 * THREADS < N)" in src                     # channels past N
     exact = emit.render_sparse(S14, 32, KernelConfig(4, 4, 64, 32, 4, 2, 2)).source
-    assert "p0 + i >= P" in exact and "wcol_in" not in exact and "< C" not in exact.split("auto fill")[1].split("float acc")[0]
+    fill = exact.split("auto fill")[1].split("float acc")[0]
+    assert "p0 + i >= P" in exact and "wcol_in" not in exact and "< C" not in fill
 
 
 def test_unsupported_configs_raise():
@@ -64,7 +65,8 @@ def test_unsupported_configs_raise():
     with pytest.raises(ValueError, match="warp-tiled"):
         emit.render_sparse(S14, 8, KernelConfig(4, 4, 64, 32, 4, 2, 2), loop="switch")
     with pytest.raises(ValueError):
-        emit.render_sparse(ConvShape(64, 42, 14, 14, 3, 3, (1, 1), (1, 1)), 8, KernelConfig(4, 4, 64, 32, 2, 2, 2))  # N % 4
+        emit.render_sparse(ConvShape(64, 42, 14, 14, 3, 3, (1, 1), (1, 1)), 8,
+                           KernelConfig(4, 4, 64, 32, 2, 2, 2))                                   # N % 4
 
 
 def test_planner_family_rules():

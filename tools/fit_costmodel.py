@@ -278,7 +278,6 @@ def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     only min(C, 128)); for 1x1 convs also 1x7/2x4/1x14 tiles, nt 8 and tc 128 at batch > 1 (where run11
     and run12 found their fastest kernels); the warp-tiled configs of ws_grid; configs the emitter cannot
     build are left out."""
-    from codegen import emit
     return sorted(set(_classic_grid(shape, batch)) | set(ws_grid(shape, batch)))
 
 

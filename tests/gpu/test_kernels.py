@@ -33,21 +33,23 @@ def _load(driver, named_sources, tmp_path_factory):
         driver.load(name, cubin)
 
 
-def test_resnet50_sparse_kernels_match_torch(driver, tmp_path_factory):
-    items = ck.check_items()
+def _assert_match(driver, items, tmp_path_factory):
+    """Compile and load the items' kernels, then every one against torch in float64 (outputs poisoned first)."""
     _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
     rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
     bad = [r for r in rows if not r["ok"]]
     assert len(rows) == len(items) and not bad, bad[:5]
+
+
+def test_resnet50_sparse_kernels_match_torch(driver, tmp_path_factory):
+    items = ck.check_items()
+    _assert_match(driver, items, tmp_path_factory)
 
 
 def test_warp_tiled_kernels_match_torch(driver, tmp_path_factory):
     """Warp-tiled blocks: ragged C, N and P/Q, atomics and direct stores, nt 1-8, dynamic shared memory."""
     items = ck.ws_check_items()
-    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
-    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
-    bad = [r for r in rows if not r["ok"]]
-    assert len(rows) == len(items) and not bad, bad[:5]
+    _assert_match(driver, items, tmp_path_factory)
 
 
 def test_coo_conversion_matches_reference(driver, tmp_path_factory):
@@ -69,10 +71,7 @@ def test_group_split_kernels_match_torch(driver, tmp_path_factory):
     """In-block channel split (G > 1): dynamic shared memory above 48 KB, no memset when G*tc >= C."""
     items = ck.group_check_items()
     assert any(len(k.steps) == 1 for k, *_ in items) and any(k.steps[-1]["smem"] > 48 * 1024 for k, *_ in items)
-    _load(driver, {k.name: k.source for k, *_ in items}, tmp_path_factory)
-    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
-    bad = [r for r in rows if not r["ok"]]
-    assert len(rows) == len(items) and not bad, bad[:5]
+    _assert_match(driver, items, tmp_path_factory)
 
 
 def test_vec_kernels_match_torch_and_their_plain_twin(driver, tmp_path_factory):
@@ -84,10 +83,8 @@ def test_vec_kernels_match_torch_and_their_plain_twin(driver, tmp_path_factory):
     sh = ck.ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1))
     cfg = ck.KernelConfig(4, 4, 128, 32, 4)
     twins = (emit.render_sparse(sh, 2, cfg, vec=False), emit.render_sparse(sh, 2, cfg))
-    _load(driver, {k.name: k.source for k, *_ in items} | {k.name: k.source for k in twins}, tmp_path_factory)
-    rows = ck.check_kernels(torch, driver, items, log=lambda *_: None)
-    bad = [r for r in rows if not r["ok"]]
-    assert len(rows) == len(items) and not bad, bad[:5]
+    _load(driver, {k.name: k.source for k in twins}, tmp_path_factory)
+    _assert_match(driver, items, tmp_path_factory)
     gen = torch.Generator(device="cuda")
     gen.manual_seed(7)
     x = ck.relu_input(torch, (2, 28, 28, 128), 0.7, gen)
