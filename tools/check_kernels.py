@@ -921,7 +921,8 @@ def main(argv=None):
     if a.tune1x1:
         layers = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ONE_BY_ONE_LAYERS]
     elif a.groups or a.candidates or a.inner:
-        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in GROUP_EXTRA_LAYERS]
+        extra = ONE_BY_ONE_LAYERS if a.candidates else GROUP_EXTRA_LAYERS
+        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in extra]
     if a.candidates:
         spec = json.loads(a.candidates.read_text())
         batches, levels = spec["batches"], spec["levels"]

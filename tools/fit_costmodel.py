@@ -283,6 +283,7 @@ def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
 
 WS_GRID_TILES = ((4, 4, 4), (4, 4, 2), (4, 8, 2), (4, 8, 1), (8, 8, 1), (4, 4, 8), (2, 7, 4), (2, 7, 2), (2, 7, 1),
                  (7, 2, 4))
+WS_GRID_TILES_1X1 = ((1, 7, 8), (1, 14, 8), (2, 7, 8), (1, 7, 4), (2, 7, 4), (4, 4, 4), (2, 4, 8))
 
 
 def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
@@ -294,7 +295,7 @@ def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
         return []
     space = set(cm.ws_space(shape))
     out = []
-    for th, tw, nt in WS_GRID_TILES:
+    for th, tw, nt in (WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES):
         for wh, ww in ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1)):
             for tc in (32, 64, 128):
                 c = KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)
@@ -330,7 +331,7 @@ def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     return sorted(set(out))
 
 
-def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS) -> dict:
+def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS, only_1x1: bool = False) -> dict:
     """Written before the device run that measures it: per layer of check_kernels' twelve (eight without
     the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
     build's level sweep) of the current "snn" model and of PREVIOUS's."""
@@ -338,7 +339,9 @@ def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS
     from codegen.costmodel import DEFAULT_LEVELS, parse_levels
     prev = before_model(PREVIOUS)
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
-    if one_by_one:
+    if only_1x1:  # the six ResNet-152 1x1 layers of check_kernels --tune1x1
+        layers = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.ONE_BY_ONE_LAYERS]
+    elif one_by_one:
         layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.GROUP_EXTRA_LAYERS]
     levels = parse_levels(DEFAULT_LEVELS)
     out = []
@@ -428,6 +431,7 @@ def main() -> None:
     pk.add_argument("--batches", default=",".join(map(str, PICK_BATCHES)))
     pk.add_argument("--no-1x1", action="store_true", help="the eight 3x3 layers only")
     pk.add_argument("--levels", default=",".join(map(str, PICK_LEVELS)))
+    pk.add_argument("--only-1x1", action="store_true", help="the six ResNet-152 1x1 layers only")
     sp = sub.add_parser("scorepicks")
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
@@ -450,7 +454,7 @@ def main() -> None:
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1,
-                                          tuple(float(v) for v in a.levels.split(","))), indent=1))
+                                          tuple(float(v) for v in a.levels.split(",")), a.only_1x1), indent=1))
         print(f"wrote {a.out}")
         return
     if a.cmd == "scorepicks":
