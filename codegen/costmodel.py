@@ -77,7 +77,9 @@ REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3
 # a warp's register tile; 4x7 / 7x4 left out: mispredicted both ways (nt 1: 18 % slower than predicted, nt 4:
 # 16 % faster, spread 15-23 %, run17-model + run19-exact), where 2x7 / 7x2 are within 10 %
 WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 2))
-WS_TILES_1X1 = ((1, 7), (1, 14), (2, 7), (2, 4), (4, 4), (1, 8), (2, 8))  # no halo: one-row tiles as the classic 1x1 winners
+# 1x1 convs measured with one-row warp tiles (run21-1x1): 0.85-0.93x the classic kernel's best, but this model's
+# picks took 1.24x the best there (512->128 @28 1.17-1.39): not planned until the model learns them
+WS_TILES_1X1 = ((1, 7), (1, 14), (2, 7), (2, 4), (4, 4), (1, 8), (2, 8))
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
 WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
@@ -222,12 +224,13 @@ def _classic_space(shape: ConvShape) -> dict[str, np.ndarray]:
             "wh": one, "ww": one}
 
 
-def ws_space(shape: ConvShape) -> list[KernelConfig]:
-    """Warp-tiled configs: stride-1 convs with C and N multiples of 4; warp tiles WS_TILES (1x1: WS_TILES_1X1),
+def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
+    """Warp-tiled configs: 3x3-and-larger stride-1 convs with C and N multiples of 4 (1x1 ones only with
+    one_by_one=True, for measurements: tools/fit_costmodel.py); warp tiles WS_TILES (1x1: WS_TILES_1X1),
     nt 1/2/4/8 (32 threads x nt padding N by <= 12.5 %, <= WS_ACC_MAX accumulators), block shapes
     kernel_rules.WS_WARPS whose block tile pads P and Q by <= EDGE_WASTE_MAX, channel tiles of
     tc_candidates >= 8 that a chunk divides."""
-    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4:
+    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4 or (shape.R * shape.S == 1 and not one_by_one):
         return []
     out = []
     for th, tw in (WS_TILES_1X1 if shape.R * shape.S == 1 else WS_TILES):

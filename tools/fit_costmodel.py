@@ -293,7 +293,7 @@ def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     from codegen import emit
     if batch < cm.WS_MIN_BATCH:
         return []
-    space = set(cm.ws_space(shape))
+    space = set(cm.ws_space(shape, one_by_one=True))
     out = []
     for th, tw, nt in (WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES):
         for wh, ww in ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1)):
