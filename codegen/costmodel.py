@@ -188,9 +188,14 @@ def parse_levels(text: str | Sequence[float]) -> tuple[float, ...]:
 # =================================================================================================
 # Configuration space and resource estimate
 
+def pads_within(n: int, t: int, share: float) -> bool:
+    """Whether tiles (or channel groups) of t cover n with at most `share` of n left over."""
+    return -(-n // t) * t <= (1 + share) * n
+
+
 def tile_candidates(n_out: int) -> list[int]:
     """Tile sizes along one output axis that pad it by at most EDGE_WASTE_MAX."""
-    return [t for t in range(1, min(n_out, TILE_MAX) + 1) if -(-n_out // t) * t <= (1 + EDGE_WASTE_MAX) * n_out]
+    return [t for t in range(1, min(n_out, TILE_MAX) + 1) if pads_within(n_out, t, EDGE_WASTE_MAX)]
 
 
 def tc_candidates(C: int) -> list[int]:
@@ -206,7 +211,7 @@ def channel_candidates(N: int, wide: bool = False) -> list[tuple[int, int]]:
     """(threads, nt) pairs: threads a multiple of 32 in [32, 256], threads*nt padding N by <= 12.5 %;
     wide: nt NT_WIDE too (only N a multiple of it: a thread's channels are all in range or all out)."""
     nts = NT + ((NT_WIDE,) if wide and N % NT_WIDE == 0 else ())
-    return [(t, nt) for t in THREADS for nt in nts if -(-N // (t * nt)) * t * nt <= (1 + N_WASTE_MAX) * N]
+    return [(t, nt) for t in THREADS for nt in nts if pads_within(N, t * nt, N_WASTE_MAX)]
 
 
 def _classic_space(shape: ConvShape) -> dict[str, np.ndarray]:
@@ -238,12 +243,10 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
             continue
         for nt in (1, 2, 4, 8):
             nb = 32 * nt
-            if th * tw * nt > WS_ACC_MAX or shape.N % nt or -(-shape.N // nb) * nb > (1 + N_WASTE_MAX) * shape.N:
+            if th * tw * nt > WS_ACC_MAX or shape.N % nt or not pads_within(shape.N, nb, N_WASTE_MAX):
                 continue
             for wh, ww in rules.WS_WARPS:
-                bh, bw = th * wh, tw * ww
-                if (-(-shape.P // bh) * bh > (1 + EDGE_WASTE_MAX) * shape.P
-                        or -(-shape.Q // bw) * bw > (1 + EDGE_WASTE_MAX) * shape.Q):
+                if not (pads_within(shape.P, th * wh, EDGE_WASTE_MAX) and pads_within(shape.Q, tw * ww, EDGE_WASTE_MAX)):
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)

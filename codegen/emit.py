@@ -132,6 +132,11 @@ def vec_eligible(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> bool:
     return groups == 1 and cfg.nt in (2, 4, 8) and shape.N % cfg.nt == 0
 
 
+def used_pixels(shape: ConvShape, cfg: KernelConfig) -> int:
+    """In-tile pixels that feed at least one output of the register tile (one register each when hoisted)."""
+    return sum(1 for lst in tile_taps(shape, cfg) if lst)
+
+
 HOIST_REGS_MAX = 160  # accumulators + one channel's taps + hoisted values: 7x7-tile kernels past it spilled
 
 
@@ -139,8 +144,7 @@ def hoist_default(shape: ConvShape, batch: int, cfg: KernelConfig, loop: str = "
     """Hoisted value loads by default: at batch 1 (latency-bound: 0.96x the time over 36 measured cells,
     1.01x at batch 32, docs/results/kernels/run10-inner), with the mask loop, where the values' registers
     fit beside the accumulators and taps."""
-    used = sum(1 for lst in tile_taps(shape, cfg) if lst)
-    need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + used
+    need = used_pixels(shape, cfg) + cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt
     return batch == 1 and loop == "mask" and need <= HOIST_REGS_MAX
 
 
@@ -295,8 +299,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, kc: int | None 
     ih, iw = in_tile(shape, cfg)
     nb = cfg.threads * cfg.nt
     rs = shape.R * shape.S
-    used = sum(1 for lst in tile_taps(shape, cfg) if lst) if hoist else 0  # hoisted values: a register each
-    r = ws_params(shape, cfg, kc, minb, used)
+    r = ws_params(shape, cfg, kc, minb, used_pixels(shape, cfg) if hoist else 0)
     if r["KC"] == 0:
         raise ValueError(f"{cfg.tag()}: no channel chunk of tc {cfg.tc} fits {WS_SMEM_LIMIT} bytes of shared memory")
     if not r["REGS_OK"] and minb is None:

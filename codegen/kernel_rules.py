@@ -43,8 +43,14 @@ def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
     with 1, ptxas took up to 254 registers for tiles needing ~160. A block of `groups` warp-groups
     has threads * groups threads."""
     need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_MARGIN
+    return most_blocks(cfg.threads * groups, need)
+
+
+def most_blocks(threads: int, need: int, most: int = 32) -> int:
+    """The most blocks of `threads` threads (at least 1, at most `most`) whose register cap still covers
+    `need` registers a thread (255 at most)."""
     blocks = 1
-    while blocks < 32 and register_cap(cfg.threads * groups, blocks + 1) >= min(need, 255):
+    while blocks < most and register_cap(threads, blocks + 1) >= min(need, 255):
         blocks += 1
     return blocks
 
@@ -151,9 +157,7 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
     need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs,
                WS_REG_MIN)
     if minb is None:
-        minb = 1
-        while minb < 16 and register_cap(nthr, minb + 1) >= min(need, 255):
-            minb += 1
+        minb = most_blocks(nthr, need, 16)
 
     def stage(k):
         xstr = k if k % 8 == 4 or k % 4 else k + 4  # pixel stride: the ballots' loads at most 4-way bank conflicts

@@ -43,6 +43,7 @@ from codegen import emit  # noqa: E402
 from codegen import reference as ref  # noqa: E402
 from codegen.ptxas import parse_ptxas  # noqa: E402
 from codegen.config import KernelConfig  # noqa: E402
+from codegen.costmodel import pads_within  # noqa: E402
 from codegen.spec import ConvShape, load_spec  # noqa: E402
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-Xptxas", "-v"]
@@ -416,7 +417,7 @@ def ws_candidates(shape: ConvShape, batch: int) -> list[tuple[KernelConfig, tupl
         th, tw = min(th, shape.P), min(tw, shape.Q)
         for wh, ww in WS_WARPS:
             bth, btw = wh * th, ww * tw
-            if -(-shape.P // bth) * bth > 1.3 * shape.P or -(-shape.Q // btw) * btw > 1.3 * shape.Q:
+            if not (pads_within(shape.P, bth, 0.3) and pads_within(shape.Q, btw, 0.3)):
                 continue
             tcs = []
             for tc in (shape.C, shape.C // 2, shape.C // 4):
@@ -470,8 +471,7 @@ def ws_exact_kernels(layers, batches) -> dict:
             for th, tw, nt in WS_EXACT_TILES[min(256, max(32, 1 << (sh.N.bit_length() - 1)))]:
                 th, tw = min(th, sh.P), min(tw, sh.Q)
                 for wh, ww in WS_EXACT_WARPS:
-                    bh, bw = th * wh, tw * ww
-                    if -(-sh.P // bh) * bh > 1.15 * sh.P or -(-sh.Q // bw) * bw > 1.15 * sh.Q or wh * ww * 32 > 512:
+                    if not (pads_within(sh.P, th * wh, 0.15) and pads_within(sh.Q, tw * ww, 0.15)) or wh * ww * 32 > 512:
                         continue
                     for tc in ((64, 128) if b >= 32 else (32, 64)):
                         cfg = KernelConfig(th, tw, min(tc, sh.C), 32, nt, wh, ww)
