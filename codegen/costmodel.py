@@ -246,7 +246,7 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
             if th * tw * nt > WS_ACC_MAX or shape.N % nt or not pads_within(shape.N, nb, N_WASTE_MAX):
                 continue
             for wh, ww in rules.WS_WARPS:
-                if not (pads_within(shape.P, th * wh, EDGE_WASTE_MAX) and pads_within(shape.Q, tw * ww, EDGE_WASTE_MAX)):
+                if not all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in ((shape.P, th * wh), (shape.Q, tw * ww))):
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
