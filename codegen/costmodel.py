@@ -80,6 +80,8 @@ WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 
 # 1x1 convs measured with one-row warp tiles (run21-1x1): 0.85-0.93x the classic kernel's best, but this model's
 # picks took 1.24x the best there (512->128 @28 1.17-1.39): not planned until the model learns them
 WS_TILES_1X1 = ((1, 7), (1, 14), (2, 7), (2, 4), (4, 4), (1, 8), (2, 8))
+WS_PLAN_1X1 = True
+WS_TC_MAX_1X1 = 128
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
 WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
@@ -235,7 +237,8 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
     nt 1/2/4/8 (32 threads x nt padding N by <= 12.5 %, <= WS_ACC_MAX accumulators), block shapes
     kernel_rules.WS_WARPS whose block tile pads P and Q by <= EDGE_WASTE_MAX, channel tiles of
     tc_candidates >= 8 that a chunk divides."""
-    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4 or (shape.R * shape.S == 1 and not one_by_one):
+    one = shape.R * shape.S == 1
+    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4 or (one and not one_by_one and not WS_PLAN_1X1):
         return []
     out = []
     for th, tw in (WS_TILES_1X1 if shape.R * shape.S == 1 else WS_TILES):
@@ -250,6 +253,8 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
+                    if one and not one_by_one and tc > WS_TC_MAX_1X1:
+                        continue
                     if tc >= 8 and rules.ws_eligible(shape, cfg):
                         r = rules.ws_params(shape, cfg)
                         if r["KC"] == 0 or not r["REGS_OK"]:

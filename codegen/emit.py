@@ -319,7 +319,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig, kc: int | None 
 
 
 def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, *, kc: int | None = None,
-                     hoist: bool = False, minb: int | None = None) -> EmittedKernel:
+                     hoist: bool = False, minb: int | None = None, variant: str = "") -> EmittedKernel:
     """The warp-tiled sparse convolution (sparse_conv_ws.cu.j2): a block of config.wh x config.ww warps,
     each with the th x tw register tile of `config`, shares one staged input tile and one copy of the
     weights per chunk of KC channels (two stages: the next chunk is copied while this one is used), so a
@@ -335,11 +335,11 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, *, kc: 
     if g["SMEM"] > WS_SMEM_LIMIT:
         raise ValueError(f"{config.tag()}: {g['SMEM']} bytes of shared memory > {WS_SMEM_LIMIT}")
     name = (config.name(shape, batch) + (f"_k{kc}" if kc is not None else "") + ("_h" if hoist else "")
-            + (f"_m{minb}" if minb is not None else ""))
+            + (f"_m{minb}" if minb is not None else "") + (f"_v{variant}" if variant else ""))
     taps = tile_taps(shape, config)
     iw, xstr, biw = g["IW"], g["XSTR"], g["BIW"]
     pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
-    src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, hoist=hoist,
+    src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, hoist=hoist, variant=variant,
                                                               shape_tag=shape.tag(), cfg_tag=config.tag())
     steps = []
     if g["TILES_C"] > 1:

@@ -484,6 +484,51 @@ def ws_exact_kernels(layers, batches) -> dict:
     return out
 
 
+RUN20_JSON = ROOT / "docs" / "results" / "kernels" / "run20-model" / "bench" / "bench.json"
+WS_INNER_VARIANTS = ["", "pre2", "pre4", "cpre4", "cpre8", "nz"]
+
+
+def ws_inner_kernels(layers, batches, top: int = 3) -> dict:
+    """bench --ws-inner (run22): run20's `top` warp-tiled configs per layer and batch (lowest mean time over its
+    levels), each with the channel loop's variants (emit.render_sparse_ws(variant=...)): value loads k pixels
+    ahead of their tests (pre<k>; cpre<k> only where non-zero) and one jump per non-zero pixel (nz)."""
+    times: dict[tuple[str, int], dict[str, list[float]]] = {}
+    for r in json.loads(RUN20_JSON.read_text())["bench"]:
+        for name, t in r["all_us"].items():
+            if "_w" in name.rsplit("_b", 1)[0]:
+                times.setdefault((r["shape"], r["batch"]), {}).setdefault(name, []).append(t)
+    out = {}
+    for _, sh in layers:
+        for b in batches:
+            per = times.get((sh.tag(), b), {})
+            ks = {}
+            for name in sorted(per, key=lambda n: statistics.mean(per[n]))[:top]:
+                cfg = KernelConfig.from_dict(_parse_config(name))
+                for v in WS_INNER_VARIANTS:
+                    k = emit.render_sparse_ws(sh, b, cfg, variant=v)
+                    ks[k.name] = k
+            out[(sh, b)] = list(ks.values())
+    return out
+
+
+def ws_inner_table(rows) -> str:
+    """Markdown: per layer, batch and level, each variant's best time over the configs against the base loop's."""
+    var = re.compile(r"_v(\w+)$")
+    lines = ["| layer | B | sparsity | base µs | " + " | ".join(v for v in WS_INNER_VARIANTS if v) + " | cuDNN FP32 µs |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for v in WS_INNER_VARIANTS if v) + " | --- |"]
+    for r in rows:
+        best: dict[str, float] = {}
+        for n, t in r["all_us"].items():
+            m = var.search(n)
+            v = m.group(1) if m else ""
+            best[v] = min(best.get(v, math.inf), t)
+        base = best.get("", math.nan)
+        cells = [f"{best[v] / base:.3f}" if v in best else "-" for v in WS_INNER_VARIANTS if v]
+        lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {base:.1f} | " + " | ".join(cells)
+                     + f" | {r['cudnn_fp32_us']:.1f} |")
+    return "\n".join(lines)
+
+
 def ws_table(rows) -> str:
     """Markdown: per layer, batch and level, the best previous kernel against the best warp-tiled one."""
     is_ws = re.compile(r"_w\d+x\d+_").search
@@ -904,6 +949,9 @@ def main(argv=None):
                          "BENCH_LAYERS (ws_table.md)")
     ap.add_argument("--ws-exact", action="store_true",
                     help="bench ws_exact_kernels (warp-tiled blocks tiling the output exactly) on BENCH_LAYERS (top_table.md)")
+    ap.add_argument("--ws-inner", action="store_true",
+                    help="bench ws_inner_kernels (run20's best warp-tiled configs with the channel loop's variants) on "
+                         "BENCH_LAYERS (ws_inner_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -958,9 +1006,11 @@ def main(argv=None):
         bench_k = tune1x1_kernels(layers, batches)
     elif a.ws_exact:
         bench_k = ws_exact_kernels(layers, batches)
+    elif a.ws_inner:
+        bench_k = ws_inner_kernels(layers, batches)
     elif a.ws:
         bench_k = ws_bench_kernels(layers, batches)
-    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact):
+    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact or a.ws_inner):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -1018,7 +1068,7 @@ def main(argv=None):
         result["summary"] = summary
         for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1 or a.ws_exact, "top_table", top_table),
                                   (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table),
-                                  (a.ws, "ws_table", ws_table)):
+                                  (a.ws, "ws_table", ws_table), (a.ws_inner, "ws_inner_table", ws_inner_table)):
             if wanted:  # the mode's own table, in the JSON and as KEY.md
                 result[key] = make(rows)
                 (a.out / f"{key}.md").write_text(result[key] + "\n")

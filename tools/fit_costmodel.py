@@ -147,7 +147,7 @@ def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
 
 
 BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
-PREVIOUS = "bba7efc"  # session 4's final model (before warp-tiled configs)
+PREVIOUS = "9118a6e"  # session 5's final model (warp-tiled configs for 3x3 convs only)
 
 
 def before_model(commit: str = BEFORE):
