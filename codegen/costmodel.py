@@ -77,11 +77,9 @@ REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3
 # a warp's register tile; 4x7 / 7x4 left out: mispredicted both ways (nt 1: 18 % slower than predicted, nt 4:
 # 16 % faster, spread 15-23 %, run17-model + run19-exact), where 2x7 / 7x2 are within 10 %
 WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 2))
-# 1x1 convs measured with one-row warp tiles (run21-1x1): 0.85-0.93x the classic kernel's best, but this model's
-# picks took 1.24x the best there (512->128 @28 1.17-1.39): not planned until the model learns them
+# 1x1 convs: one-row warp tiles, 0.85-0.93x the classic kernel's best (run21-1x1); planned with tc <= WS_TC_MAX_1X1
 WS_TILES_1X1 = ((1, 7), (1, 14), (2, 7), (2, 4), (4, 4), (1, 8), (2, 8))
-WS_PLAN_1X1 = True
-WS_TC_MAX_1X1 = 128
+WS_TC_MAX_1X1 = 128        # 1x1: tc 512 picks took 1.15-1.84x the best (run21); up to 128 the picks took 1.04x (run22)
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
 WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
@@ -232,16 +230,16 @@ def _classic_space(shape: ConvShape) -> dict[str, np.ndarray]:
 
 
 def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
-    """Warp-tiled configs: 3x3-and-larger stride-1 convs with C and N multiples of 4 (1x1 ones only with
-    one_by_one=True, for measurements: tools/fit_costmodel.py); warp tiles WS_TILES (1x1: WS_TILES_1X1),
+    """Warp-tiled configs: stride-1 convs with C and N multiples of 4; warp tiles WS_TILES (1x1: WS_TILES_1X1,
+    channel tiles up to WS_TC_MAX_1X1 unless one_by_one=True, for measurements: tools/fit_costmodel.py),
     nt 1/2/4/8 (32 threads x nt padding N by <= 12.5 %, <= WS_ACC_MAX accumulators), block shapes
     kernel_rules.WS_WARPS whose block tile pads P and Q by <= EDGE_WASTE_MAX, channel tiles of
     tc_candidates >= 8 that a chunk divides."""
     one = shape.R * shape.S == 1
-    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4 or (one and not one_by_one and not WS_PLAN_1X1):
+    if tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4:
         return []
     out = []
-    for th, tw in (WS_TILES_1X1 if shape.R * shape.S == 1 else WS_TILES):
+    for th, tw in (WS_TILES_1X1 if one else WS_TILES):
         if th > shape.P or tw > shape.Q:
             continue
         for nt in (1, 2, 4, 8):
@@ -253,9 +251,7 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
-                    if one and not one_by_one and tc > WS_TC_MAX_1X1:
-                        continue
-                    if tc >= 8 and rules.ws_eligible(shape, cfg):
+                    if tc >= 8 and (tc <= WS_TC_MAX_1X1 or not one or one_by_one) and rules.ws_eligible(shape, cfg):
                         r = rules.ws_params(shape, cfg)
                         if r["KC"] == 0 or not r["REGS_OK"]:
                             continue

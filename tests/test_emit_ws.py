@@ -74,7 +74,10 @@ def test_planner_family_rules():
     space = cm.ws_space(S14)
     assert space and all(c.warp_tiled and c.threads == 32 and c.th * c.tw * c.nt <= cm.WS_ACC_MAX for c in space)
     assert set(space) <= set(cm.config_space(S14))
-    assert not cm.ws_space(ConvShape(256, 256, 14, 14, 1, 1, (1, 1), (0, 0)))      # 1x1: not measured
+    one = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))                         # 1x1: one-row tiles, tc <= 128
+    assert {(c.th, c.tw) for c in cm.ws_space(one)} <= set(cm.WS_TILES_1X1)
+    assert max(c.tc for c in cm.ws_space(one)) == cm.WS_TC_MAX_1X1 < max(c.tc for c in cm.ws_space(one, True))
+    assert not cm.ws_space(ConvShape(1024, 256, 14, 14, 1, 1, (2, 2), (0, 0)))    # stride 2: not measured
     assert not cm.ws_space(ConvShape(128, 128, 28, 28, 3, 3, (2, 2), (1, 1)))      # stride 2: not measured
     assert not cm.ws_space(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))
     # batch 1 and the "paper" / "pipes" models never see them
