@@ -226,6 +226,25 @@ class Env:
                     pass
         return d
 
+    def fp32_peak_tflops(self) -> float | None:
+        """The measured FP32 ceiling (METHOD.md): an 8192^3 matrix product with TF32 off, median of 10 CUDA-event
+        timings after 3 warm-ups. None on the CPU."""
+        if self.cpu:
+            return None
+        torch, n = self.torch, 8192
+        a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+        ts = []
+        for i in range(13):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            torch.mm(a, b)
+            e1.record()
+            e1.synchronize()
+            if i >= 3:
+                ts.append(e0.elapsed_time(e1) / 1e3)
+        del a, b
+        return round(2 * n ** 3 / float(np.median(ts)) / 1e12, 2)
+
     def l2_bytes(self) -> int:
         if self.cpu:
             return 0
@@ -613,6 +632,29 @@ def derive_layer(rec: dict) -> dict:
     return d
 
 
+def useful_tflops(macs: int, sparsity: float, us: float) -> float:
+    """Non-zero work only (issue 7, target 5): 2 FLOPs per multiply-accumulate whose input is not zero."""
+    return round(2 * macs * (1.0 - sparsity) / us / 1e6, 3)
+
+
+def limit_rows(doc: dict) -> list[dict]:
+    """Per shape and batch: useful TFLOP/s at each level, its share of the document's measured FP32 peak, and
+    the time at the highest level (the fixed cost when that level is ~0.99). Empty for documents from before
+    these were recorded."""
+    peak = doc.get("fp32_peak_tflops")
+    rows = []
+    for s in doc["shapes"]:
+        for B, b in s["batches"].items():
+            lv = {k: r for k, r in b["levels"].items() if "useful_tflops" in r}
+            if not lv:
+                continue
+            top = max(lv, key=float)
+            rows.append({"label": s["label"], "batch": int(B), "useful_tflops": {k: r["useful_tflops"] for k, r in lv.items()},
+                         "share": {k: r["useful_tflops"] / peak for k, r in lv.items()} if peak else {},
+                         "top_level": top, "top_level_us": lv[top]["sparse_us"]})
+    return rows
+
+
 def bench_layers(spec: str, cache_dir: str, gpu: str, batches: list[int], levels: list[float],
                  images_dir: str | None, weights_arg: str | None = None, seed: int = 0, reps: int = 30,
                  warmup: int = 5, nchw: bool = True, max_shapes: int | None = None, only=(),
@@ -642,7 +684,7 @@ def bench_layers(spec: str, cache_dir: str, gpu: str, batches: list[int], levels
            "weights_warning": warning, "images": pool_info, "batches": batches, "levels": levels,
            "timing": {"reps": reps, "warmup": warmup, "input_sets": N_SETS, "l2_flush_bytes": 2 * env.l2_bytes(),
                       "what": __doc__.split("What is in each number")[1].split("Timing:")[0].strip()},
-           "complete": False, "shapes": []}
+           "fp32_peak_tflops": env.fp32_peak_tflops(), "complete": False, "shapes": []}
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(pool.shape[0]) for _ in range(N_SETS)]
     with (bar(len(groups) * len(batches) * len(levels)) if bar else contextlib.nullcontext()) as progress, \
@@ -679,6 +721,7 @@ def _bench_group(env, net, sd, timer, caches, batches, levels, g, z_all, perms, 
             rec = measure_layer(env, timer, backend, cache, kernel, shape, weight, xs, nchw)
             rec["sparsity"] = [round(float((x == 0).float().mean().item()), 4) for x in xs]
             rec.update(derive_layer(rec))
+            rec["useful_tflops"] = useful_tflops(shape.macs * B, float(np.mean(rec["sparsity"])), rec["sparse_us"])
             bent["levels"][level_key(level)] = rec
             del xs
             if progress:
@@ -1079,6 +1122,20 @@ def summary_markdown(docs: list[dict]) -> str:
             for r in lows:
                 lines.append(f"| {r['label']} | {r['count']} | " + " | ".join(
                     _f(r["batches"].get(b), none="never") if b in r["batches"] else "–" for b in bs) + " |")
+            lim = limit_rows(d)
+            if lim:
+                lvs = sorted({k for r in lim for k in r["useful_tflops"]}, key=float)
+                peak = d.get("fp32_peak_tflops")
+                lines += ["", "Useful throughput (2 FLOPs per multiply-accumulate with a non-zero input, over our time), "
+                          + (f"as a share of the FP32 peak measured in the same run ({peak:.1f} TFLOP/s, an 8192³ "
+                             f"matrix product with TF32 off)" if peak else "no FP32 peak measured")
+                          + "; last column: our time at the highest level (the fixed cost when that level is 0.99):", "",
+                          "| shape | batch | " + " | ".join(f"TFLOP/s @{k}" for k in lvs) + " | µs @ highest |",
+                          "|---|---|" + "---|" * (len(lvs) + 1)]
+                for r in lim:
+                    cells = [(_f(r["useful_tflops"].get(k), "{:.1f}") + (f" ({r['share'][k]:.0%})" if k in r["share"] else ""))
+                             if k in r["useful_tflops"] else "–" for k in lvs]
+                    lines.append(f"| {r['label']} | {r['batch']} | " + " | ".join(cells) + f" | {r['top_level_us']:.1f} |")
             if not any(c.get("exhaustive") for c in cal):
                 lines += ["", FIG8_NOTE + ".", ""]
             else:

@@ -140,6 +140,24 @@ def test_layer_rows_numbers():
     assert lows[0]["batches"]["1"] == 0.9 and lows[1]["batches"]["1"] == 0.5
 
 
+def test_useful_throughput_and_fixed_cost_rows():
+    # 2 * 1e6 MACs, half of them on zeros, in 1 us: 1 TFLOP/s of useful work
+    assert bench.useful_tflops(10**6, 0.5, 1.0) == pytest.approx(1.0)
+    doc = _fake_layers_doc()
+    assert bench.limit_rows(doc) == []                      # documents from before: no table
+    for s, macs in zip(doc["shapes"], (2e9, 1e9)):
+        for k, r in s["batches"]["1"]["levels"].items():
+            r["useful_tflops"] = bench.useful_tflops(macs, float(k), r["sparse_us"])
+    doc["fp32_peak_tflops"] = 50.0
+    rows = bench.limit_rows(doc)
+    assert [r["top_level"] for r in rows] == ["0.90", "0.90"] and rows[0]["top_level_us"] == 10
+    assert rows[0]["useful_tflops"]["0.50"] == pytest.approx(2 * 2e9 * 0.5 / 40 / 1e6)
+    assert rows[0]["share"]["0.50"] == pytest.approx(50 / 50.0)
+    md = bench.summary_markdown([doc])
+    assert "| 3x3 64->64 @56x56 | 1 | 50.0 (100%) | 40.0 (80%) | 10.0 |" in md
+    assert "measured in the same run (50.0 TFLOP/s" in md
+
+
 def test_summary_states_what_the_issue_asks():
     md = bench.summary_markdown([_fake_layers_doc(), _fake_e2e_doc()])
     assert "Fake GPU" in md and "abc" in md
