@@ -972,8 +972,8 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
 
 
 # ------------------------------------------------------------------------------ summary (no torch)
-FIG8_NOTE = ("model-chosen vs exhaustive-best (paper Fig. 8): not measured; `calibrate --exhaustive` is not "
-             "implemented yet")
+FIG8_NOTE = ("Model-chosen vs exhaustive-best (paper Fig. 8): not measured in this folder; `snn-run calibrate "
+             "--exhaustive --out` into it adds the comparison")
 
 
 def layer_rows(doc: dict) -> list[dict]:
@@ -1133,7 +1133,7 @@ def summary_markdown(docs: list[dict]) -> str:
                           "| shape | batch | " + " | ".join(f"TFLOP/s @{k}" for k in lvs) + " | µs @ highest |",
                           "|---|---|" + "---|" * (len(lvs) + 1)]
                 for r in lim:
-                    cells = [(_f(r["useful_tflops"].get(k), "{:.1f}") + (f" ({r['share'][k]:.0%})" if k in r["share"] else ""))
+                    cells = [(_f(r["useful_tflops"].get(k), "{:.2f}") + (f" ({r['share'][k]:.0%})" if k in r["share"] else ""))
                              if k in r["useful_tflops"] else "–" for k in lvs]
                     lines.append(f"| {r['label']} | {r['batch']} | " + " | ".join(cells) + f" | {r['top_level_us']:.1f} |")
             if not any(c.get("exhaustive") for c in cal):

@@ -154,7 +154,7 @@ def test_useful_throughput_and_fixed_cost_rows():
     assert rows[0]["useful_tflops"]["0.50"] == pytest.approx(2 * 2e9 * 0.5 / 40 / 1e6)
     assert rows[0]["share"]["0.50"] == pytest.approx(50 / 50.0)
     md = bench.summary_markdown([doc])
-    assert "| 3x3 64->64 @56x56 | 1 | 50.0 (100%) | 40.0 (80%) | 10.0 |" in md
+    assert "| 3x3 64->64 @56x56 | 1 | 50.00 (100%) | 40.00 (80%) | 10.0 |" in md
     assert "measured in the same run (50.0 TFLOP/s" in md
 
 
