@@ -66,7 +66,19 @@ CASES_V9 = [
     ("128@28 4x4 tc64 t64n2", S3(128, 128, 28), 32, KernelConfig(4, 4, 64, 64, 2), 0.7),
     ("256@14 ws 2x4 tc64 n8 w2x2", S3(256, 256, 14), 32, KernelConfig(2, 4, 64, 32, 8), 0.7, {"warps": (2, 2)}),
 ]
-CASES = {"v8": CASES_V8, "v9": CASES_V9}.get(os.environ.get("SNN_PROFILE_CASES", ""), CASES)
+# SNN_PROFILE_CASES=v10: where the fixed cost of the batch-32 warp-tiled kernels goes (session 6: 72-78 us at
+# sparsity 0.99 on the ResNet-152 3x3 layers, half their time at 0.7; docs/results/h100/bench-s6): the plan's
+# kernels at 0.99 and 0.7.
+ONE_WS = KernelConfig(1, 7, 128, 32, 8, 2, 2)
+CASES_V10 = [
+    ("256@14 ws 2x7 tc128 n4 w4x2 s.99", S3(256, 256, 14), 32, KernelConfig(2, 7, 128, 32, 4, 4, 2), 0.99),
+    ("256@14 ws 2x7 tc128 n4 w4x2", S3(256, 256, 14), 32, KernelConfig(2, 7, 128, 32, 4, 4, 2), 0.7),
+    ("128@28 ws 2x7 tc128 n4 w4x2 s.99", S3(128, 128, 28), 32, KernelConfig(2, 7, 128, 32, 4, 4, 2), 0.99),
+    ("DN@56 ws 4x8 tc128 n1 w2x1 s.99", S3(128, 32, 56), 32, KernelConfig(4, 8, 128, 32, 1, 2, 1), 0.99),
+    ("1x1 1024>256@14 ws 1x7 tc128 n8 w2x2 s.99", ONE, 32, ONE_WS, 0.99),
+    ("1x1 1024>256@14 ws 1x7 tc128 n8 w2x2", ONE, 32, ONE_WS, 0.7),
+]
+CASES = {"v8": CASES_V8, "v9": CASES_V9, "v10": CASES_V10}.get(os.environ.get("SNN_PROFILE_CASES", ""), CASES)
 
 SHOW = [("time us", "gpu__time_duration.sum", 1e-3), ("issue %", "smsp__issue_active.avg.pct_of_peak_sustained_active", 1),
         ("occ %", "sm__warps_active.avg.pct_of_peak_sustained_active", 1),
