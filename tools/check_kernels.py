@@ -488,7 +488,7 @@ RUN20_JSON = ROOT / "docs" / "results" / "kernels" / "run20-model" / "bench" / "
 WS_INNER_VARIANTS = ["", "pre2", "pre4", "cpre4", "cpre8", "nz"]
 
 
-def ws_inner_kernels(layers, batches, top: int = 3) -> dict:
+def ws_inner_kernels(layers, batches, top: int = 3, variants=tuple(WS_INNER_VARIANTS)) -> dict:
     """bench --ws-inner (run22): run20's `top` warp-tiled configs per layer and batch (lowest mean time over its
     levels), each with the channel loop's variants (emit.render_sparse_ws(variant=...)): value loads k pixels
     ahead of their tests (pre<k>; cpre<k> only where non-zero) and one jump per non-zero pixel (nz)."""
@@ -504,7 +504,7 @@ def ws_inner_kernels(layers, batches, top: int = 3) -> dict:
             ks = {}
             for name in sorted(per, key=lambda n: statistics.mean(per[n]))[:top]:
                 cfg = KernelConfig.from_dict(_parse_config(name))
-                for v in WS_INNER_VARIANTS:
+                for v in variants:
                     k = emit.render_sparse_ws(sh, b, cfg, variant=v)
                     ks[k.name] = k
             out[(sh, b)] = list(ks.values())
@@ -514,8 +514,9 @@ def ws_inner_kernels(layers, batches, top: int = 3) -> dict:
 def ws_inner_table(rows) -> str:
     """Markdown: per layer, batch and level, each variant's best time over the configs against the base loop's."""
     var = re.compile(r"_v(\w+)$")
-    lines = ["| layer | B | sparsity | base µs | " + " | ".join(v for v in WS_INNER_VARIANTS if v) + " | cuDNN FP32 µs |",
-             "| --- | --- | --- | --- | " + " | ".join("---" for v in WS_INNER_VARIANTS if v) + " | --- |"]
+    names = sorted({m.group(1) for r in rows for n in r["all_us"] for m in [var.search(n)] if m})
+    lines = ["| layer | B | sparsity | base µs | " + " | ".join(names) + " | cuDNN FP32 µs |",
+             "| --- | --- | --- | --- | " + " | ".join("---" for _ in names) + " | --- |"]
     for r in rows:
         best: dict[str, float] = {}
         for n, t in r["all_us"].items():
@@ -523,7 +524,7 @@ def ws_inner_table(rows) -> str:
             v = m.group(1) if m else ""
             best[v] = min(best.get(v, math.inf), t)
         base = best.get("", math.nan)
-        cells = [f"{best[v] / base:.3f}" if v in best else "-" for v in WS_INNER_VARIANTS if v]
+        cells = [f"{best[v] / base:.3f}" if v in best else "-" for v in names]
         lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {base:.1f} | " + " | ".join(cells)
                      + f" | {r['cudnn_fp32_us']:.1f} |")
     return "\n".join(lines)
@@ -952,6 +953,8 @@ def main(argv=None):
     ap.add_argument("--ws-inner", action="store_true",
                     help="bench ws_inner_kernels (run20's best warp-tiled configs with the channel loop's variants) on "
                          "BENCH_LAYERS (ws_inner_table.md)")
+    ap.add_argument("--ws-variants", default=",".join(WS_INNER_VARIANTS),
+                    help="--ws-inner: the variants, comma-separated ('' is the base loop; default: run22's)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -1007,7 +1010,7 @@ def main(argv=None):
     elif a.ws_exact:
         bench_k = ws_exact_kernels(layers, batches)
     elif a.ws_inner:
-        bench_k = ws_inner_kernels(layers, batches)
+        bench_k = ws_inner_kernels(layers, batches, variants=a.ws_variants.split(","))
     elif a.ws:
         bench_k = ws_bench_kernels(layers, batches)
     if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact or a.ws_inner):
