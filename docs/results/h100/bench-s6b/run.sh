@@ -1,6 +1,6 @@
 #!/bin/bash
 # Device call 8 of session 6 (2026-11-23): bench-s6 again after the warp-tiled header change (run24-hdr), this build, in `snn-run bench layers`:
-# its eight 3x3 layers (ResNet-152 and DenseNet-201) and the six ResNet-152 1x1 shapes, batch 1 and 32, levels
+# issue 7's eight 3x3 layers (ResNet-152 and DenseNet-201) and the six ResNet-152 1x1 shapes, batch 1 and 32, levels
 # 0.5 / 0.7 / 0.9 / 0.99, useful TFLOP/s against an FP32 peak measured in the same run; then tests/gpu with the
 # three networks built at batch 1 / 8 / 32 (every planned kernel against float64). Cubins precompiled on the CPU
 # machine (all hits here):
@@ -30,3 +30,4 @@ snn 120 bench layers --spec network_specs/densenet201.yaml --batch 1,32 --levels
 grep -E "^\+|^exit|speedup" $OUT/layers/bench.log
 timeout 240 python3 -X faulthandler -m pytest -q tests/gpu -p no:cacheprovider -rs > $OUT/pytest_gpu.log 2>&1
 echo "pytest exit $?"; tail -3 $OUT/pytest_gpu.log
+rm -f $OUT/layers/*.png; cd $OUT && tar czf pytest_results.tgz pytest_results && rm -rf pytest_results
