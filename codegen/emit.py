@@ -339,8 +339,9 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, *, kc: 
     taps = tile_taps(shape, config)
     iw, xstr, biw = g["IW"], g["XSTR"], g["BIW"]
     pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
-    src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, hoist=hoist, variant=variant,
-                                                              shape_tag=shape.tag(), cfg_tag=config.tag())
+    src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, hoist=hoist,
+                                                              variant=variant, shape_tag=shape.tag(),
+                                                              cfg_tag=config.tag())
     steps = []
     if g["TILES_C"] > 1:
         steps.append({"op": "memset", "buffer": "output"})

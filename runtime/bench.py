@@ -649,7 +649,8 @@ def limit_rows(doc: dict) -> list[dict]:
             if not lv:
                 continue
             top = max(lv, key=float)
-            rows.append({"label": s["label"], "batch": int(B), "useful_tflops": {k: r["useful_tflops"] for k, r in lv.items()},
+            rows.append({"label": s["label"], "batch": int(B),
+                         "useful_tflops": {k: r["useful_tflops"] for k, r in lv.items()},
                          "share": {k: r["useful_tflops"] / peak for k, r in lv.items()} if peak else {},
                          "top_level": top, "top_level_us": lv[top]["sparse_us"]})
     return rows
@@ -1126,16 +1127,19 @@ def summary_markdown(docs: list[dict]) -> str:
             if lim:
                 lvs = sorted({k for r in lim for k in r["useful_tflops"]}, key=float)
                 peak = d.get("fp32_peak_tflops")
-                lines += ["", "Useful throughput (2 FLOPs per multiply-accumulate with a non-zero input, over our time), "
-                          + (f"as a share of the FP32 peak measured in the same run ({peak:.1f} TFLOP/s, an 8192³ "
-                             f"matrix product with TF32 off)" if peak else "no FP32 peak measured")
-                          + "; last column: our time at the highest level (the fixed cost when that level is 0.99):", "",
+                lines += ["", "Useful throughput (2 FLOPs per multiply-accumulate with a non-zero input, over our "
+                          "time), " + (f"as a share of the FP32 peak measured in the same run ({peak:.1f} TFLOP/s, an "
+                                       f"8192³ matrix product with TF32 off)" if peak else "no FP32 peak measured")
+                          + "; last column: our time at the highest level (the fixed cost when that level is 0.99):",
+                          "",
                           "| shape | batch | " + " | ".join(f"TFLOP/s @{k}" for k in lvs) + " | µs @ highest |",
                           "|---|---|" + "---|" * (len(lvs) + 1)]
                 for r in lim:
-                    cells = [(_f(r["useful_tflops"].get(k), "{:.2f}") + (f" ({r['share'][k]:.0%})" if k in r["share"] else ""))
-                             if k in r["useful_tflops"] else "–" for k in lvs]
-                    lines.append(f"| {r['label']} | {r['batch']} | " + " | ".join(cells) + f" | {r['top_level_us']:.1f} |")
+                    share = {k: f" ({v:.0%})" for k, v in r["share"].items()}
+                    cells = [_f(r["useful_tflops"][k], "{:.2f}") + share.get(k, "") if k in r["useful_tflops"] else "–"
+                             for k in lvs]
+                    lines.append(f"| {r['label']} | {r['batch']} | " + " | ".join(cells)
+                                 + f" | {r['top_level_us']:.1f} |")
             if not any(c.get("exhaustive") for c in cal):
                 lines += ["", FIG8_NOTE + ".", ""]
             else:

@@ -35,16 +35,18 @@ def main(folder: str) -> None:
           f"{len(three)} 3x3 layers of the issue, {len(one)} ResNet-152 1x1 shapes; real activations on photos "
           "thresholded to each level; our time = the sparse conv's launches (memset included), cuDNN = the faster "
           "of NHWC / NCHW.\n")
-    print("| batch | level | 3x3: geomean ×FP32 | slowest ×FP32 | geomean ×TF32 | 1x1: geomean ×FP32 | slowest 1x1 ×FP32 |")
+    print("| batch | level | 3x3: geomean ×FP32 | slowest ×FP32 | geomean ×TF32 | 1x1: geomean ×FP32 | "
+          "slowest 1x1 ×FP32 |")
     print("|---|---|---|---|---|---|---|")
     for b in batches:
         for lv in levels:
-            r3 = [s["batches"][str(b)]["levels"][lv] for s in three]
-            r1 = [s["batches"][str(b)]["levels"][lv] for s in one if str(b) in s["batches"]]
-            print(f"| {b} | {lv} | {gm([r['speedup_fp32'] for r in r3]):.2f} | {min(r['speedup_fp32'] for r in r3):.2f} | "
-                  f"{gm([r['speedup_tf32'] for r in r3]):.2f} | "
-                  + (f"{gm([r['speedup_fp32'] for r in r1]):.2f} | {min(r['speedup_fp32'] for r in r1):.2f} |" if r1 else "– | – |"))
-    print("\nPer layer: speedup over cuDNN FP32 at each level; useful TFLOP/s (share of the peak) at 0.7; µs at 0.99.\n")
+            f3 = [s["batches"][str(b)]["levels"][lv]["speedup_fp32"] for s in three]
+            t3 = [s["batches"][str(b)]["levels"][lv]["speedup_tf32"] for s in three]
+            f1 = [s["batches"][str(b)]["levels"][lv]["speedup_fp32"] for s in one if str(b) in s["batches"]]
+            print(f"| {b} | {lv} | {gm(f3):.2f} | {min(f3):.2f} | {gm(t3):.2f} | "
+                  + (f"{gm(f1):.2f} | {min(f1):.2f} |" if f1 else "– | – |"))
+    print("\nPer layer: speedup over cuDNN FP32 at each level; useful TFLOP/s (share of the peak) at 0.7; "
+          "µs at 0.99.\n")
     print("| layer | batch | " + " | ".join(f"×FP32 @{lv}" for lv in levels) + " | useful @0.70 | µs @0.99 |")
     print("|---|---|" + "---|" * (len(levels) + 2))
     for s in three + one:
@@ -54,8 +56,9 @@ def main(folder: str) -> None:
             lv = s["batches"][str(b)]["levels"]
             u = lv.get("0.70", {}).get("useful_tflops")
             share = f" ({u / peak:.0%})" if u is not None and peak else ""
-            print(f"| {s['label']} | {b} | " + " | ".join(f"{lv[k]['speedup_fp32']:.2f}" if k in lv else "–" for k in levels)
-                  + f" | {u if u is not None else '–'}{share} | {lv['0.99']['sparse_us'] if '0.99' in lv else '–'} |")
+            cells = " | ".join(f"{lv[k]['speedup_fp32']:.2f}" if k in lv else "–" for k in levels)
+            print(f"| {s['label']} | {b} | {cells} | {u if u is not None else '–'}{share} | "
+                  f"{lv['0.99']['sparse_us'] if '0.99' in lv else '–'} |")
 
 
 if __name__ == "__main__":
