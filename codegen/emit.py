@@ -324,7 +324,9 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig, *, kc: 
     each with the th x tw register tile of `config`, shares one staged input tile and one copy of the
     weights per chunk of KC channels (two stages: the next chunk is copied while this one is used), so a
     block reads its weights once for wh*ww register tiles; each warp builds a channel's pixel bitmask with
-    ballots. kc, hoist, minb: experiments (tools/check_kernels.py), named by suffix "_k{kc}", "_h", "_m{minb}"."""
+    ballots. kc, hoist, minb, variant: experiments (tools/check_kernels.py), named by suffix "_k{kc}", "_h",
+    "_m{minb}", "_v{variant}"; variant is the channel loop's: "pre<k>" / "cpre<k>" load each pixel's value k pixels
+    ahead of its test (cpre: predicated on its bit), "nz" jumps once per non-zero pixel (run22-ws-inner)."""
     check_config(shape, config)
     if not config.warp_tiled or not ws_eligible(shape, config):
         raise ValueError(f"{config.tag()}: the warp-tiled kernel needs wh*ww > 1, 32 threads, nt 1/2/4/8, "

@@ -102,3 +102,17 @@ def test_ws_kernels_compile_without_spills():
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
     r = report[emit.render_sparse(S14, 3, KernelConfig(4, 4, 64, 32, 4, 2, 2)).name]
     assert r["registers"] <= kernel_rules.ws_params(S14, KernelConfig(4, 4, 64, 32, 4, 2, 2))["REG_CAP"]
+
+
+def test_channel_loop_variants_render():
+    """The experiments of run22-ws-inner: suffixes, and each variant's loads where it says they are."""
+    cfg = KernelConfig(2, 7, 128, 32, 4, 7, 2)
+    used = emit.used_pixels(S14, cfg)                 # halo pixels that feed an output: one test each
+    base = emit.render_sparse_ws(S14, 32, cfg)
+    assert "ld.volatile.shared" not in base.source and base.source.count("if (m[") == used
+    pre = emit.render_sparse_ws(S14, 32, cfg, variant="pre4")
+    assert pre.name == base.name + "_vpre4" and pre.source.count("ld.volatile.shared.f32 %0") == used
+    cpre = emit.render_sparse_ws(S14, 32, cfg, variant="cpre4").source
+    assert cpre.count("@q ld.volatile.shared.f32") == used
+    nz = emit.render_sparse_ws(S14, 32, cfg, variant="nz").source
+    assert "switch (__ffs(mm) - 1)" in nz and nz.count("case ") == used and "if (m[" not in nz

@@ -147,7 +147,7 @@ def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
 
 
 BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
-PREVIOUS = "9118a6e"  # session 5's final model (warp-tiled configs for 3x3 convs only)
+PREVIOUS = "9118a6e"  # session 5's final model (warp-tiled configs for 3x3 convs only); run17-run21: bba7efc
 
 
 def before_model(commit: str = BEFORE):
@@ -331,13 +331,14 @@ def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     return sorted(set(out))
 
 
-def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS, only_1x1: bool = False) -> dict:
+def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS, only_1x1: bool = False,
+          previous: str = PREVIOUS) -> dict:
     """Written before the device run that measures it: per layer of check_kernels' twelve (eight without
     the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
-    build's level sweep) of the current "snn" model and of PREVIOUS's."""
+    build's level sweep) of the current "snn" model and of `previous`'s."""
     import check_kernels as ck
     from codegen.costmodel import DEFAULT_LEVELS, parse_levels
-    prev = before_model(PREVIOUS)
+    prev = before_model(previous)
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
     if only_1x1:  # the six ResNet-152 1x1 layers of check_kernels --tune1x1
         layers = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.ONE_BY_ONE_LAYERS]
@@ -355,7 +356,7 @@ def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS
                             "level": lv, "grid": [c.tag() for c in grid], "plan_now": now[lv].config.tag(),
                             "plan_now_us": round(now[lv].predicted_us, 2), "plan_previous": old[lv].config.tag(),
                             "plan_previous_us": round(old[lv].predicted_us, 2)})
-    return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {PREVIOUS}",
+    return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {previous}",
             "levels": list(pick_levels), "batches": list(batches), "groups": out}
 
 
@@ -432,6 +433,7 @@ def main() -> None:
     pk.add_argument("--no-1x1", action="store_true", help="the eight 3x3 layers only")
     pk.add_argument("--levels", default=",".join(map(str, PICK_LEVELS)))
     pk.add_argument("--only-1x1", action="store_true", help="the six ResNet-152 1x1 layers only")
+    pk.add_argument("--previous", default=PREVIOUS, help="the commit whose model's picks go beside this one's")
     sp = sub.add_parser("scorepicks")
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
@@ -454,7 +456,8 @@ def main() -> None:
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
         a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1,
-                                          tuple(float(v) for v in a.levels.split(",")), a.only_1x1), indent=1))
+                                          tuple(float(v) for v in a.levels.split(",")), a.only_1x1, a.previous),
+                                    indent=1))
         print(f"wrote {a.out}")
         return
     if a.cmd == "scorepicks":
