@@ -170,6 +170,29 @@ def write_json(doc: dict, path: str | Path) -> Path:
 
 
 # ------------------------------------------------------------------------------------ the device side
+def event_median_s(torch, fn, reps: int, warmup: int = 3) -> float:
+    """Median seconds of `reps` CUDA-event timings of fn() after `warmup` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record()
+        fn()
+        e1.record()
+        e1.synchronize()
+        ts.append(e0.elapsed_time(e1) / 1e3)
+    return statistics.median(ts)
+
+
+def fp32_peak_tflops(torch) -> float:
+    """The measured FP32 ceiling (METHOD.md): an 8192^3 matrix product with TF32 off, median of 10 timings."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    return round(2 * n ** 3 / event_median_s(torch, lambda: torch.mm(a, b), reps=10) / 1e12, 2)
+
+
 class Env:
     """torch, the device (CUDA, or the CPU for a dry run), and what the JSON records about them."""
 
@@ -227,23 +250,7 @@ class Env:
         return d
 
     def fp32_peak_tflops(self) -> float | None:
-        """The measured FP32 ceiling (METHOD.md): an 8192^3 matrix product with TF32 off, median of 10 CUDA-event
-        timings after 3 warm-ups. None on the CPU."""
-        if self.cpu:
-            return None
-        torch, n = self.torch, 8192
-        a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-        ts = []
-        for i in range(13):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            torch.mm(a, b)
-            e1.record()
-            e1.synchronize()
-            if i >= 3:
-                ts.append(e0.elapsed_time(e1) / 1e3)
-        del a, b
-        return round(2 * n ** 3 / float(np.median(ts)) / 1e12, 2)
+        return None if self.cpu else fp32_peak_tflops(self.torch)
 
     def l2_bytes(self) -> int:
         if self.cpu:

@@ -511,18 +511,23 @@ def ws_inner_kernels(layers, batches, top: int = 3, variants=tuple(WS_INNER_VARI
     return out
 
 
+def variant_bests(all_us: dict[str, float]) -> dict[str, float]:
+    """Kernel name -> µs of one bench row, reduced to each channel-loop variant's best ("" is the base loop)."""
+    best: dict[str, float] = {}
+    for n, t in all_us.items():
+        m = re.search(r"_v(\w+)$", n)
+        v = m.group(1) if m else ""
+        best[v] = min(best.get(v, math.inf), t)
+    return best
+
+
 def ws_inner_table(rows) -> str:
     """Markdown: per layer, batch and level, each variant's best time over the configs against the base loop's."""
-    var = re.compile(r"_v(\w+)$")
-    names = sorted({m.group(1) for r in rows for n in r["all_us"] for m in [var.search(n)] if m})
+    names = sorted({v for r in rows for v in variant_bests(r["all_us"]) if v})
     lines = ["| layer | B | sparsity | base µs | " + " | ".join(names) + " | cuDNN FP32 µs |",
              "| --- | --- | --- | --- | " + " | ".join("---" for _ in names) + " | --- |"]
     for r in rows:
-        best: dict[str, float] = {}
-        for n, t in r["all_us"].items():
-            m = var.search(n)
-            v = m.group(1) if m else ""
-            best[v] = min(best.get(v, math.inf), t)
+        best = variant_bests(r["all_us"])
         base = best.get("", math.nan)
         cells = [f"{best[v] / base:.3f}" if v in best else "-" for v in names]
         lines.append(f"| {r['layer']} | {r['batch']} | {r['sparsity']} | {base:.1f} | " + " | ".join(cells)
@@ -795,28 +800,13 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
 def ceilings(torch, log=print) -> dict:
     """The two measured ceilings of METHOD.md: device-to-device copy (bytes read + written) and an
     FP32 matrix product (TF32 off), median of events over repeated runs."""
-    def med(fn, reps=20):
-        for _ in range(3):
-            fn()
-        ts = []
-        for _ in range(reps):
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            fn()
-            b.record()
-            b.synchronize()
-            ts.append(a.elapsed_time(b) / 1000.0)
-        return statistics.median(ts)
+    from runtime.bench import event_median_s, fp32_peak_tflops
     src = torch.empty(1 << 28, device="cuda").uniform_()   # 1 GiB
     dst = torch.empty_like(src)
-    t_copy = med(lambda: dst.copy_(src))
-    torch.backends.cuda.matmul.allow_tf32 = False
-    n = 8192
-    a_, b_ = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-    t_mm = med(lambda: torch.mm(a_, b_), reps=10)
-    out = {"copy_TBps": round(2 * src.numel() * 4 / t_copy / 1e12, 3), "fp32_mm_TFLOPs": round(2 * n ** 3 / t_mm / 1e12, 2)}
+    t_copy = event_median_s(torch, lambda: dst.copy_(src), reps=20)
+    del src, dst
+    out = {"copy_TBps": round(2 * (1 << 28) * 4 / t_copy / 1e12, 3), "fp32_mm_TFLOPs": fp32_peak_tflops(torch)}
     log(f"ceilings: {out}")
-    del src, dst, a_, b_
     return out
 
 

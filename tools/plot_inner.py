@@ -59,17 +59,12 @@ def main() -> None:
 
 
 def plot_variants(rows: list[dict], out: Path, plt) -> None:
+    from check_kernels import variant_bests  # beside this script
     levels = sorted({r["sparsity"] for r in rows})
     fig, axes = plt.subplots(1, len(levels), figsize=(6 * len(levels), 5), sharey=True, squeeze=False)
     for ax, lv in zip(axes[0], levels):
         sel = [r for r in rows if r["sparsity"] == lv]
-        best = []
-        for r in sel:
-            b: dict[str, float] = {}
-            for n, t in r["all_us"].items():
-                m = re.search(r"_v(\w+)$", n)
-                b[m.group(1) if m else ""] = min(b.get(m.group(1) if m else "", float("inf")), t)
-            best.append(b)
+        best = [variant_bests(r["all_us"]) for r in sel]
         names = sorted({v for b in best for v in b if v})
         w = 0.8 / len(names)
         for i, v in enumerate(names):

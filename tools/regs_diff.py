@@ -11,22 +11,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from check_kernels import _parse_config  # noqa: E402
+from codegen.config import KernelConfig  # noqa: E402
 from codegen.gpu import load_gpu  # noqa: E402
 from codegen.occupancy import block_limits  # noqa: E402
-
-
-def threads_of(name: str) -> int | None:
-    m = re.search(r"_t(\d+)n\d+(?:_w(\d+)x(\d+))?_b\d+", name)
-    if not m:
-        return None
-    return int(m.group(1)) * (int(m.group(2)) * int(m.group(3)) if m.group(2) else 1)
 
 
 def main() -> int:
@@ -45,9 +41,9 @@ def main() -> int:
             versions[name].append((f.stat().st_mtime, int(fn.get("registers") or 0), int(fn.get("spill_stores") or 0)))
     changed = compared = 0
     for name, v in sorted(versions.items()):
-        t = threads_of(name)
-        if len(v) < 2 or t is None:
+        if len(v) < 2 or not name.startswith("sconv_"):
             continue
+        t = KernelConfig.from_dict(_parse_config(name)).block_threads()
         compared += 1
         (_, r0, _), (_, r1, s1) = min(v), max(v)
         b0, b1 = (int(block_limits(gpu, t, r, 0)["registers"]) for r in (r0, r1))
