@@ -330,7 +330,6 @@ class Timer:
         torch = env.torch
         self.flush_buf = None if env.cpu else torch.empty(2 * env.l2_bytes() // 4, dtype=torch.float32,
                                                          device=env.device)
-        self.has_sleep = hasattr(torch.cuda, "_sleep")
         self.last: dict = {}
 
     def flush(self):
@@ -351,31 +350,41 @@ class Timer:
                 fns[i % k]()
                 out.append((time.perf_counter() - t) * 1e6)
             return out
-        # host cost of enqueueing one run, measured on an idle GPU (warm-up held cuDNN's autotuning)
-        t0 = time.perf_counter()
-        for i in range(3):
-            self.flush()
-            fns[i % k]()
-        host_us = (time.perf_counter() - t0) * 1e6 / 3
-        self.env.sync()
-        self.last = {"host_enqueue_us": round(host_us, 2)}
-        out = []
-        chunk = 64  # events + launches queued per chunk: well under the launch queue's depth
-        for c0 in range(0, self.reps, chunk):
-            n = min(chunk, self.reps - c0)
-            ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-            if self.has_sleep:  # keep the GPU behind the host: launch latency stays out of the events
-                sleep_us = min(100.0 + 1.5 * n * host_us, 200_000.0)
-                torch.cuda._sleep(int(sleep_us * _CYCLES_PER_US))
-                self.last["sleep_us"] = round(sleep_us, 1)
-            for i in range(n):
-                self.flush()
-                ev[i][0].record()
-                fns[(c0 + i) % k]()
-                ev[i][1].record()
-            torch.cuda.synchronize()
-            out += [a.elapsed_time(b) * 1e3 for a, b in ev]
+        out, self.last = event_times_us(torch, fns, self.flush, self.reps, self.env.sync)
         return out
+
+
+def event_times_us(torch, fns, flush, reps: int, sync) -> tuple[list[float], dict]:
+    """`reps` CUDA-event times (µs) of fns run in rotation, each after flush(), with the GPU kept behind the host
+    by a sleep kernel sized to the measured host cost of one run, so launch latency stays out of the events (a
+    flush alone covers ~90 µs: enqueueing a memset and a launch through cuda-python can take longer, and a
+    batch-1 kernel then times the host). Returns (times, {"host_enqueue_us", "sleep_us"})."""
+    k = len(fns)
+    t0 = time.perf_counter()  # host cost of enqueueing one run, measured on an idle GPU after the warm-up
+    for i in range(3):
+        flush()
+        fns[i % k]()
+    host_us = (time.perf_counter() - t0) * 1e6 / 3
+    sync()
+    info = {"host_enqueue_us": round(host_us, 2)}
+    has_sleep = hasattr(torch.cuda, "_sleep")
+    out = []
+    chunk = 64  # events + launches queued per chunk: well under the launch queue's depth
+    for c0 in range(0, reps, chunk):
+        n = min(chunk, reps - c0)
+        ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+        if has_sleep:
+            sleep_us = min(100.0 + 1.5 * n * host_us, 200_000.0)
+            torch.cuda._sleep(int(sleep_us * _CYCLES_PER_US))
+            info["sleep_us"] = round(sleep_us, 1)
+        for i in range(n):
+            flush()
+            ev[i][0].record()
+            fns[(c0 + i) % k]()
+            ev[i][1].record()
+        torch.cuda.synchronize()
+        out += [a.elapsed_time(b) * 1e3 for a, b in ev]
+    return out, info
 
 
 def load_image_pool(net: Network, images_dir: str | None, n: int, seed: int = 0):

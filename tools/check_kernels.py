@@ -266,18 +266,12 @@ def check_epilogue(torch, drv, log=print):
 # ------------------------------------------------------------------ bench
 
 def time_fn(torch, fn, flush, warmup=5, reps=30):
+    """Median µs of fn() with L2 evicted before each run; runtime.bench.event_times_us keeps the host's launch
+    latency out of the events (before session 7 a flush alone did, and batch-1 times could include it)."""
+    from runtime.bench import event_times_us
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(reps):
-        flush.zero_()  # evict L2 (50 MB on H100) so every run starts cold, like one layer of a network
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0)
-    return statistics.median(times)
+    return statistics.median(event_times_us(torch, [fn], flush.zero_, reps, torch.cuda.synchronize)[0])
 
 
 def bench_candidates(shape: ConvShape, batch: int) -> list[KernelConfig]:
@@ -508,6 +502,62 @@ def ws_inner_kernels(layers, batches, top: int = 3, variants=tuple(WS_INNER_VARI
                     k = emit.render_sparse_ws(sh, b, cfg, variant=v)
                     ks[k.name] = k
             out[(sh, b)] = list(ks.values())
+    return out
+
+
+WS_B1_TILES = {32: ((2, 7, 1), (4, 4, 1), (4, 8, 1), (2, 4, 1)),
+               64: ((2, 7, 2), (2, 7, 4), (4, 4, 2), (4, 4, 4), (2, 4, 2), (2, 4, 4)),
+               1: ((1, 7, 4), (1, 7, 8), (2, 7, 4))}  # 1x1 convs
+WS_B1_WARPS = ((2, 2), (4, 2), (2, 4), (7, 1), (4, 1), (2, 1), (1, 2))
+
+
+def ws_b1_grid(shape: ConvShape) -> list[KernelConfig]:
+    """bench --ws-b1: warp-tiled configs at batch 1, where the plan has none (costmodel.WS_MIN_BATCH). Small channel
+    tiles (tc 8 / 16 / 32: the classic kernel's batch-1 winners have tc 4-8) in blocks of 2-8 warps, whose block
+    tiles re-read the weights fewer times than the classic kernel's 4x4 / 2x7 tiles."""
+    from codegen import costmodel as cm
+    space = set(cm.ws_space(shape, one_by_one=True))
+    out = []
+    for th, tw, nt in WS_B1_TILES[1 if shape.R * shape.S == 1 else 32 if shape.N <= 32 else 64]:
+        for wh, ww in WS_B1_WARPS:
+            for tc in (8, 16, 32):
+                c = KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)
+                if c not in space:
+                    continue
+                try:
+                    emit.ws_geometry(shape, 1, c)
+                except ValueError:
+                    continue
+                out.append(c)
+    return sorted(set(out))
+
+
+def b1_plans(shape: ConvShape, levels) -> dict[str, dict[float, KernelConfig]]:
+    """The "snn" plan's batch-1 picks as built ("now") and as they would be with warp-tiled configs allowed at
+    batch 1 ("ws_b1": costmodel.WS_MIN_BATCH = 1), per level."""
+    from codegen import costmodel as cm
+    from codegen.gpu import load_gpu
+    gpu, keep = load_gpu("h100"), cm.WS_MIN_BATCH
+    out = {"now": {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}}
+    try:
+        cm.WS_MIN_BATCH = 1
+        cm.clear_caches()
+        out["ws_b1"] = {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}
+    finally:
+        cm.WS_MIN_BATCH = keep
+        cm.clear_caches()
+    return out
+
+
+def ws_b1_kernels(layers, levels) -> dict:
+    """bench --ws-b1: per layer, both b1_plans' picks at `levels` and ws_b1_grid."""
+    out = {}
+    for _, sh in layers:
+        ks = {}
+        for cfg in [c for plan in b1_plans(sh, levels).values() for c in plan.values()] + ws_b1_grid(sh):
+            k = emit.render_sparse(sh, 1, cfg)
+            ks[k.name] = k
+        out[(sh, 1)] = list(ks.values())
     return out
 
 
@@ -945,6 +995,9 @@ def main(argv=None):
                          "BENCH_LAYERS (ws_inner_table.md)")
     ap.add_argument("--ws-variants", default=",".join(WS_INNER_VARIANTS),
                     help="--ws-inner: the variants, comma-separated ('' is the base loop; default: run22's)")
+    ap.add_argument("--ws-b1", action="store_true",
+                    help="bench ws_b1_kernels (warp-tiled configs at batch 1 against the plan's picks) on BENCH_LAYERS "
+                         "and the ResNet-152 1x1 layers (top_table.md)")
     ap.add_argument("--groups", action="store_true",
                     help="in-block channel split: check G > 1 kernels; bench G = 1 vs G > 1 (+ ResNet-152 1x1 layers)")
     a = ap.parse_args(argv)
@@ -1001,9 +1054,16 @@ def main(argv=None):
         bench_k = ws_exact_kernels(layers, batches)
     elif a.ws_inner:
         bench_k = ws_inner_kernels(layers, batches, variants=a.ws_variants.split(","))
+    elif a.ws_b1:
+        batches = [1]
+        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ONE_BY_ONE_LAYERS]
+        bench_k = ws_b1_kernels(layers, levels)
+        (a.out / "b1_plans.json").write_text(json.dumps(
+            {sh.tag(): {k: {str(lv): c.tag() for lv, c in p.items()} for k, p in b1_plans(sh, levels).items()}
+             for _, sh in layers}, indent=1))
     elif a.ws:
         bench_k = ws_bench_kernels(layers, batches)
-    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact or a.ws_inner):
+    if not (a.groups or a.candidates or a.inner or a.tune1x1 or a.ws or a.ws_exact or a.ws_inner or a.ws_b1):
         bench_k = {(sh, b): [emit.render_sparse(sh, b, cfg, loop=loop) for cfg in bench_candidates(sh, b)
                              for loop in emit.LOOPS] for _, sh in layers for b in batches}
     if a.best_of:
@@ -1059,7 +1119,7 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
-        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1 or a.ws_exact, "top_table", top_table),
+        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1 or a.ws_exact or a.ws_b1, "top_table", top_table),
                                   (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table),
                                   (a.ws, "ws_table", ws_table), (a.ws_inner, "ws_inner_table", ws_inner_table)):
             if wanted:  # the mode's own table, in the JSON and as KEY.md
