@@ -73,7 +73,7 @@ STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more s
                              # re-reads) that measured fastest at batch 8/32 (docs/costmodel.md, "nt 8")
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
 
-# ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only, batch >= 8
+# ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only
 # a warp's register tile; 4x7 / 7x4 left out: mispredicted both ways (nt 1: 18 % slower than predicted, nt 4:
 # 16 % faster, spread 15-23 %, run17-model + run19-exact), where 2x7 / 7x2 are within 10 %
 WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 2))
@@ -81,7 +81,8 @@ WS_TILES = ((4, 4), (4, 8), (8, 4), (2, 4), (4, 2), (2, 8), (8, 8), (2, 7), (7, 
 WS_TILES_1X1 = ((1, 7), (1, 14), (2, 7), (2, 4), (4, 4), (1, 8), (2, 8))
 WS_TC_MAX_1X1 = 128        # 1x1: tc 512 picks took 1.15-1.84x the best (run21); up to 128 the picks took 1.04x (run22)
 WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best on 256->256 @14 (run16-ws)
-WS_MIN_BATCH = 8           # measured at batch 8 and 32 only (docs/results/kernels/run16-ws)
+WS_MIN_BATCH = 1           # 8 until run25-b1: at batch 1 the plan's warp-tiled picks took 1.08x the best measured, the
+                           # classic picks 1.23x (pre-registered, uniform inputs, 14 layers x 4 levels)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
 
 # ---- "pipes" model constants: the stage 3 used before the fit (kept selectable: on the H100 its picks ran
@@ -657,30 +658,34 @@ def _check(model: str, batch: int) -> None:
         raise UserError(f"batch must be a positive integer, got {batch!r}")
 
 
-def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str) -> dict[str, Any]:
-    """All three stages for one shape and level; indices into the space table."""
+def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str, keep: Iterable[int] = ()) -> dict[str, Any]:
+    """All three stages for one shape and level; indices into the space table. `keep`: configs that stage 3 also
+    times when they passed stage 1 (plan_shape's picks at lower levels: stage 2's cut moves with the density, and a
+    pick it drops at the next level would leave the plan slower at higher sparsity)."""
     _check(model, batch)
     density = 1.0 - level
     s1 = _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     idx2, idx1, dm1 = _stage2(shape, gpu, batch, density, model)
+    n2 = len(idx2)
+    idx2 = np.union1d(idx2, np.intersect1d(np.asarray(list(keep), dtype=idx2.dtype), idx1))
     s3 = _time(shape, gpu, _space_table(shape), s1, batch, density, model, idx2)
     order = np.lexsort((idx2, -s1["occ"][idx2], s3["predicted_us"]))  # least time; ties: occupancy, space order
-    return {"idx1": idx1, "dm1": dm1, "idx2": idx2, "s3": s3, "order": order, "density": density}
+    return {"idx1": idx1, "dm1": dm1, "idx2": idx2, "n_stage2": n2, "s3": s3, "order": order, "density": density}
 
 
 def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
     """The chosen config and predicted time of one conv shape at each level (ascending).
 
     The choice is stage 3's fastest config, except that a config already chosen for a lower level
-    is kept when it survived stages 1-2 here too, is within REUSE_TOLERANCE of the fastest, and is
-    still faster than the previous level's choice: the model is not precise to a few per cent, and
-    every distinct config is one more kernel to compile."""
+    is kept when it is within REUSE_TOLERANCE of the fastest and still faster than the previous level's
+    choice: the model is not precise to a few per cent, and every distinct config is one more kernel to
+    compile. Such a config is a stage-3 candidate whenever it passes stage 1 (`_run`'s keep)."""
     tab = _space_table(shape)
     out: dict[float, Choice] = {}
     chosen: list[int] = []          # space indices already picked, in order
     prev = math.inf
     for level in sorted(round(float(lv), 2) for lv in levels):
-        r = _run(shape, gpu, batch, level, model)
+        r = _run(shape, gpu, batch, level, model, keep=chosen)
         t = r["s3"]["predicted_us"]
         pick = int(r["order"][0])
         hits = [np.flatnonzero(r["idx2"] == i) for i in chosen]
@@ -771,17 +776,18 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
                   chosen: KernelConfig | None = None) -> dict[str, Any]:
     """How the three stages went for one shape and level: counts surviving each stage and the
     best `top` candidates of stage 3 with their numbers and rank. `chosen` is the plan's pick
-    (plan_shape may keep a lower level's config within REUSE_TOLERANCE); it defaults to rank 1 and
-    is listed even when it is not among the top."""
+    (plan_shape may keep a lower level's config within REUSE_TOLERANCE, even one stage 2 drops here);
+    it defaults to rank 1 and is listed even when it is not among the top."""
     tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
-    r = _run(shape, gpu, batch, level, model)
+    keep = [i for i in s1["idx"].tolist() if chosen is not None and _configs(tab, [i])[0] == chosen]
+    r = _run(shape, gpu, batch, level, model, keep=keep)
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
     ranks = list(range(min(top, len(r["order"]))))
     if chosen is not None:
         match = [i for i in rank_of if _configs(tab, [i])[0] == chosen]
         if not match:
-            raise ValueError(f"{chosen.tag()} did not survive stages 1-2 for {shape.tag()} at {level}")
+            raise ValueError(f"{chosen.tag()} did not survive stage 1 for {shape.tag()} at {level}")
         if rank_of[match[0]] not in ranks:
             ranks.append(rank_of[match[0]])
         chosen_rank = rank_of[match[0]]
@@ -800,7 +806,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     return {"shape": shape_dict(shape), "gpu": gpu.name, "batch": batch, "level": round(float(level), 2),
             "density": round(r["density"], 4), "model": model,
             "counts": {"enumerated": int(len(tab["th"])), "launchable": int(s1["feasible"].sum()),
-                       "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(len(r["idx2"])),
+                       "stage1_occupancy": int(len(r["idx1"])), "stage2_data_movement": int(r["n_stage2"]),
                        "stage3_timed": int(len(r["idx2"]))},
             "stage1_relaxed": bool(s1["relaxed"]), "occupancy_min": occupancy_min(model, batch),
             "chosen": next(c for c in cands if c["chosen"]), "top": cands}

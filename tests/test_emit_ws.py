@@ -80,10 +80,11 @@ def test_planner_family_rules():
     assert not cm.ws_space(ConvShape(1024, 256, 14, 14, 1, 1, (2, 2), (0, 0)))    # stride 2: not measured
     assert not cm.ws_space(ConvShape(128, 128, 28, 28, 3, 3, (2, 2), (1, 1)))      # stride 2: not measured
     assert not cm.ws_space(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))
-    # batch 1 and the "paper" / "pipes" models never see them
-    for model, batch in (("snn", 1), ("paper", 32), ("pipes", 32)):
+    # the "paper" / "pipes" models never see them; "snn" does at any batch (batch 1 since run25-b1)
+    for model, batch in (("paper", 1), ("paper", 32), ("pipes", 32)):
         st = cm.stages(S14, gpu, batch, 0.7, model)
         assert not any(c.warp_tiled for c in st["stage1"]), (model, batch)
+    assert any(c.warp_tiled for c in cm.stages(S14, gpu, 1, 0.7, "snn")["stage1"])
     st = cm.stages(S14, gpu, 32, 0.7, "snn")
     # stage 2 ranks data movement within each family: warp-tiled blocks re-read weights less by design
     assert any(c.warp_tiled for c in st["stage2"]) and any(not c.warp_tiled for c in st["stage2"])

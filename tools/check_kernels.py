@@ -512,7 +512,7 @@ WS_B1_WARPS = ((2, 2), (4, 2), (2, 4), (7, 1), (4, 1), (2, 1), (1, 2))
 
 
 def ws_b1_grid(shape: ConvShape) -> list[KernelConfig]:
-    """bench --ws-b1: warp-tiled configs at batch 1, where the plan has none (costmodel.WS_MIN_BATCH). Small channel
+    """bench --ws-b1: warp-tiled configs at batch 1, where the plan had none before session 7. Small channel
     tiles (tc 8 / 16 / 32: the classic kernel's batch-1 winners have tc 4-8) in blocks of 2-8 warps, whose block
     tiles re-read the weights fewer times than the classic kernel's 4x4 / 2x7 tiles."""
     from codegen import costmodel as cm
@@ -533,16 +533,16 @@ def ws_b1_grid(shape: ConvShape) -> list[KernelConfig]:
 
 
 def b1_plans(shape: ConvShape, levels) -> dict[str, dict[float, KernelConfig]]:
-    """The "snn" plan's batch-1 picks as built ("now") and as they would be with warp-tiled configs allowed at
-    batch 1 ("ws_b1": costmodel.WS_MIN_BATCH = 1), per level."""
+    """The "snn" plan's batch-1 picks per level as built before session 7 ("now": costmodel.WS_MIN_BATCH = 8, classic
+    kernels only) and with warp-tiled configs allowed at batch 1 ("ws_b1": WS_MIN_BATCH = 1, the default since)."""
     from codegen import costmodel as cm
     from codegen.gpu import load_gpu
-    gpu, keep = load_gpu("h100"), cm.WS_MIN_BATCH
-    out = {"now": {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}}
+    gpu, keep, out = load_gpu("h100"), cm.WS_MIN_BATCH, {}
     try:
-        cm.WS_MIN_BATCH = 1
-        cm.clear_caches()
-        out["ws_b1"] = {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}
+        for key, min_batch in (("now", 8), ("ws_b1", 1)):
+            cm.WS_MIN_BATCH = min_batch
+            cm.clear_caches()
+            out[key] = {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}
     finally:
         cm.WS_MIN_BATCH = keep
         cm.clear_caches()
