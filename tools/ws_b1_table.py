@@ -3,7 +3,9 @@ cuDNN FP32, the plan's pick as built ("now"), the pick with warp-tiled configs a
 best kernel timed, and each pick over that best; then geometric means over the 3x3 layers (issue 7's target 1)
 and the 1x1 ones.
 
-    python3 tools/ws_b1_table.py docs/results/kernels/run25-b1/bench
+    python3 tools/ws_b1_table.py docs/results/kernels/run25-b1/bench [--png FILE]
+
+--png: per layer at 0.7, the two picks and the best measured against cuDNN FP32 (needs matplotlib).
 """
 from __future__ import annotations
 
@@ -54,9 +56,37 @@ def table(bench: dict, plans: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(bench: dict, plans: dict, path: Path, level: float = 0.7) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = [r for r in bench["bench"] if r["sparsity"] == level]
+    labels = [r["layer"].replace("resnet152 ", "R ").replace("densenet201 ", "D ") for r in rows]
+    series = {"cuDNN FP32": [r["cudnn_fp32_us"] for r in rows]}
+    for k, lab in (("now", "plan before (classic)"), ("ws_b1", "plan with warp-tiled (WS_MIN_BATCH 1)")):
+        series[lab] = [r["all_us"].get(f"sconv_{r['shape']}_{plans[r['shape']][k][f'{level}']}_b1", math.nan)
+                       for r in rows]
+    series["best measured"] = [min(r["all_us"].values()) for r in rows]
+    fig, ax = plt.subplots(figsize=(12, 4.5))
+    w = 0.8 / len(series)
+    for i, (lab, ys) in enumerate(series.items()):
+        ax.bar([j + i * w for j in range(len(rows))], ys, w, label=lab)
+    ax.set_xticks([j + 0.4 - w / 2 for j in range(len(rows))], labels, rotation=35, ha="right", fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("µs (median, L2 flushed)")
+    ax.set_title(f"batch 1, sparsity {level}, uniform zeros: {bench.get('device', '')}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv=None) -> int:
-    folder = Path((argv or sys.argv[1:])[0])
-    print(table(*load(folder)))
+    args = list(argv or sys.argv[1:])
+    folder = Path(args[0])
+    bench, plans = load(folder)
+    print(table(bench, plans))
+    if "--png" in args:
+        plot(bench, plans, Path(args[args.index("--png") + 1]))
     return 0
 
 
