@@ -4,7 +4,8 @@
 # precompiled on the CPU machine into .carry/cache_new / .carry/cache_old: all hits there), a fresh
 # calibration, then bench e2e at batch 1 and 8 (or $BATCHES) with sparsity profile 0.7; calibrations and e2e
 # runs interleaved. Writes $OUT/r/{new,old}/ and prints one line per side and batch.
-#   [BATCHES=8] bash tools/e2e_ab.sh NETWORK [extra calibrate arguments, e.g. --levels 0.4:0.9:0.1]
+#   [BATCHES=8] [ORDER="old new"] [REPS=40] bash tools/e2e_ab.sh NETWORK [extra calibrate arguments, e.g. --levels 0.4:0.9:0.1]
+# ORDER: which side calibrates and runs first (default new old); REPS: bench e2e's --reps (default its own).
 set -u
 NET=$1; shift
 B=${BATCHES:-1,8}
@@ -24,8 +25,8 @@ done > "$R/build.log" 2>&1
 run() { local v=$1 t=$2; shift 2; echo "+ [$v] snn-run $*"
         side $v timeout "$t" python3 -X faulthandler -c "import cli; cli.run_main()" "$@"; echo "exit $? at $((SECONDS-T0)) s"; }
 {
-for v in new old; do run $v 200 calibrate --spec network_specs/$NET.yaml --batch $B "$@" --images "$P" --out "$R/$v"; done
-for v in new old; do run $v 120 bench e2e --spec network_specs/$NET.yaml --batch $B --sparsity-profile 0.7 --images "$P" --out "$R/$v"; done
+for v in ${ORDER:-new old}; do run $v 200 calibrate --spec network_specs/$NET.yaml --batch $B "$@" --images "$P" --out "$R/$v"; done
+for v in ${ORDER:-new old}; do run $v 120 bench e2e --spec network_specs/$NET.yaml --batch $B --sparsity-profile 0.7 ${REPS:+--reps $REPS} --images "$P" --out "$R/$v"; done
 } > "$R/bench.log" 2>&1
 cat "$R/build.log"; grep -E "^\+ |^exit|Fatal|Error" "$R/bench.log" | tail -12
 python3 - <<'PY'
