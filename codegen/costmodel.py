@@ -111,6 +111,8 @@ SNN_FIT = {
     "ch_ins": 17.21,       # warp instructions per channel and warp besides the pixel loop (loop, mask words)
     "w_ins": 3.73,         # + per weight a thread loads for the channel (R*S*nt: cp.async, address, LDS)
 }
+# The warp-tiled family's: the same terms (w_ins unused: its weight loads are counted from the SASS, WS_FILL_INS).
+SNN_FIT_WS = dict(SNN_FIT)
 
 @dataclass(frozen=True)
 class Choice:
@@ -583,8 +585,9 @@ def _time_pipes(shape: ConvShape, gpu: GPU, tab: dict, batch: int, density: floa
 
 
 def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: float, model: str, idx,
-          consts: dict | None = None) -> dict[str, np.ndarray]:
-    """Stage 3 for the configs idx of tab; `consts` overrides SNN_FIT (tools/fit_costmodel.py fits them)."""
+          consts: dict | None = None, ws_consts: dict | None = None) -> dict[str, np.ndarray]:
+    """Stage 3 for the configs idx of tab; `consts` / `ws_consts` override SNN_FIT / SNN_FIT_WS (the classic and
+    the warp-tiled family's constants; tools/fit_costmodel.py fits them)."""
     th, tw, cpb, threads = tab["th"][idx], tab["tw"][idx], tab["cpb"][idx], tab["bthreads"][idx]
     tc_avg = tab["tc_avg"][idx]
     bps, oc, warps = occ["bps"][idx], occ["occ"][idx], occ["warps"][idx]
@@ -607,7 +610,8 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     # side by side (the sum, not the longer: Nsight Compute shows neither hidden behind the other,
     # docs/results/kernels/run7-profile). Waves of SMs x blocks per SM, the last one timed on its own;
     # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
-    k_ = {**SNN_FIT, **(consts or {})}
+    kc, kw, ws = {**SNN_FIT, **(consts or {})}, {**SNN_FIT_WS, **(ws_consts or {})}, tab["ws"][idx]
+    k_ = {n: np.where(ws, kw[n], kc[n]) for n in kc}
     clk = gpu.boost_clock_mhz * 1e6
     f = tab["nt"][idx] * tab["pairs_thr"][idx] * density         # FMAs per thread and channel (its register tile)
     pred = tab["pred"][idx]                                       # predicated bodies issue at any density

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import math
 import sys
@@ -128,7 +129,8 @@ def holdout_rows(paths: list[Path]) -> list[dict]:
     import re
     raw: dict[tuple, list] = defaultdict(list)
     for path in paths:
-        for row in json.loads(path.read_text())["bench"]:
+        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+        for row in json.loads(text)["bench"]:
             for name, us in row["all_us"].items():
                 if re.search(r"_b\d+_", name) or name.endswith("_switch"):
                     continue
@@ -164,10 +166,10 @@ def before_model(commit: str = BEFORE):
     return mod
 
 
-def predict(rows: list[dict], model: str, consts: dict | None = None, mod=cm) -> np.ndarray:
+def predict(rows: list[dict], model: str, consts: dict | None = None, mod=cm, ws_consts: dict | None = None) -> np.ndarray:
     """Predicted µs of every row (whether or not its config survives stages 1-2)."""
     out = np.empty(len(rows))
-    extra = {"consts": consts} if mod is cm else {}
+    extra = {"consts": consts, "ws_consts": ws_consts} if mod is cm else {}
     for (shape, batch, level), ii, tab, occ in _prepared(rows, mod):
         with np.errstate(divide="ignore", invalid="ignore"):
             out[ii] = mod._time(shape, GPU, tab, occ, batch, 1.0 - level, model, np.arange(len(ii)), **extra)["predicted_us"]
@@ -414,6 +416,70 @@ def fit(rows: list[dict], start: dict | None = None) -> dict:
     return dict(zip(names, (float(v) for v in np.exp(sol.x))))
 
 
+# The warp-tiled family's measurements with the current timer and template, or close to them: run25-b1 (batch 1, this
+# template and timer), exhaustive-s6's uniform half (batch 32, session 6's template before the leaner header:
+# 0.92-0.99x, run24-hdr) and run22-1x1 (its batch-32 rows: at batch 8 the old timer could catch the host).
+WS_DATA = (RES / "kernels/run25-b1/bench/bench.json.gz", RES / "h100/exhaustive-s6/uniform/bench.json",
+           RES / "kernels/run22-1x1/bench/bench.json")
+WS_FIXED = ("w_ins",)  # not used by the warp-tiled family
+
+
+def ws_rows(paths=WS_DATA) -> list[dict]:
+    return [r for r in holdout_rows(list(paths)) if r["config"].warp_tiled and r["batch"] in (1, 32)]
+
+
+def fit_ws(rows: list[dict], start: dict | None = None) -> dict:
+    """fit() for SNN_FIT_WS on warp-tiled rows; the classic constants stay."""
+    from scipy.optimize import least_squares
+    names = [n for n in cm.SNN_FIT_WS if n not in WS_FIXED]
+    x0 = np.log([float((start or cm.SNN_FIT_WS)[k]) for k in names])
+    us = np.array([r["us"] for r in rows])
+    per_batch = defaultdict(int)
+    for r in rows:
+        per_batch[r["batch"]] += 1
+    weight = np.array([1.0 / np.sqrt(per_batch[r["batch"]]) for r in rows])  # each batch size weighs the same
+
+    def resid(x):
+        p = predict(rows, "snn", ws_consts=dict(zip(names, np.exp(x))))
+        return np.where(np.isfinite(p), np.log(p / us), 0.0)
+
+    sol = least_squares(lambda x: resid(x) * weight, x0, method="trf", x_scale=1.0, diff_step=1e-3, max_nfev=400)
+    return {**cm.SNN_FIT_WS, **dict(zip(names, (float(v) for v in np.exp(sol.x))))}
+
+
+def ws_report(rows: list[dict], fitted: dict) -> str:
+    """Per batch and conv kind: log rmse and pick ratio (stages 1-2 first) of SNN_FIT_WS now and of `fitted`; then
+    each kind held out (fitted on the other kind's rows, scored on its own)."""
+    out = ["| rows | batch | model | log bias | log rmse | pick / best (groups) |", "| --- | --- | --- | --- | --- | --- |"]
+    kinds = {"3x3": lambda r: r["shape"].R == 3, "1x1": lambda r: r["shape"].R == 1}
+
+    def line(label, rr, consts):
+        for b in sorted({r["batch"] for r in rr}):
+            sub = [r for r in rr if r["batch"] == b]
+            pred = predict(sub, "snn", ws_consts=consts)
+            err = np.log(pred / np.array([r["us"] for r in sub]))
+            s = score(sub, pred, survivors(sub, "snn"))
+            out.append(f"| {label} | {b} | {'fitted' if consts else 'current'} | {err.mean():+.3f} | "
+                       f"{np.sqrt((err ** 2).mean()):.3f} | {s['mean_ratio']:.3f} ({s['groups']}) |")
+    for k, f in kinds.items():
+        rr = [r for r in rows if f(r)]
+        line(k, rr, None)
+        line(k, rr, fitted)
+        other = fit_ws([r for r in rows if not f(r)])
+        line(f"{k}, held out", rr, other)
+    # what decides the build: the pick among both families where both were measured
+    both = [r for r in holdout_rows(list(WS_DATA)) if r["batch"] in (1, 32)]
+    out += ["", "Both families measured (classic rows: the plans' picks and the samples' classic configs): pick / best, "
+            "stages 1-2 first", "", "| batch | current | fitted | groups |", "| --- | --- | --- | --- |"]
+    for b in (1, 32):
+        sub = [r for r in both if r["batch"] == b]
+        gs = [g for g in groups(sub) if len({sub[i]["config"].warp_tiled for i in g}) == 2]
+        surv = survivors(sub, "snn")
+        now, fit_ = (score(sub, predict(sub, "snn", ws_consts=c), surv, gs)["mean_ratio"] for c in (None, fitted))
+        out.append(f"| {b} | {now:.3f} | {fit_:.3f} | {len(gs)} |")
+    return "\n".join(out)
+
+
 def _fmt(c: dict) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in c.items())
 
@@ -438,6 +504,7 @@ def main() -> None:
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
     sp.add_argument("--md", type=Path, default=None)
+    sub.add_parser("fitws", help="fit SNN_FIT_WS on WS_DATA; report current vs fitted, each conv kind held out")
     h = sub.add_parser("holdout")
     h.add_argument("json", nargs="+", type=Path, help="tools/check_kernels.py bench JSON files")
     a = p.parse_args()
@@ -452,6 +519,12 @@ def main() -> None:
                     s = score(rows, pred, survivors(rows, model) if restrict else None, gb)
                     print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | {s['mean_ratio']:.3f} | "
                           f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
+        return
+    if a.cmd == "fitws":
+        rows = ws_rows()
+        c = fit_ws(rows)
+        print(f"{len(rows)} warp-tiled rows; fitted: {_fmt(c)}")
+        print(ws_report(rows, c))
         return
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
