@@ -430,3 +430,34 @@ def test_plan_keeps_a_lower_levels_config_only_within_tolerance():
                 reused += 1
             seen.append(choices[lv].config)
     assert reused > 0  # the rule does something on a real network
+
+
+def test_a_lower_levels_pick_stays_a_candidate_when_stage2_drops_it():
+    """64->64 @56 at batch 1: stage 2's cut moves with the density and drops the 0.7 pick at 0.75; the plan keeps
+    it there (it is still the fastest prediction) instead of switching to a config predicted slower."""
+    shape = ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
+    plan = cm.plan_shape(shape, H100, 1, [0.7, 0.75])
+    assert plan[0.75].config == plan[0.7].config and plan[0.75].predicted_us < plan[0.7].predicted_us
+    assert plan[0.7].config not in cm.stages(shape, H100, 1, 0.75)["stage2"]
+    info = cm.explain_layer(shape, H100, 1, 0.75, chosen=plan[0.75].config)
+    assert info["chosen"]["tag"] == plan[0.7].config.tag()
+    assert info["counts"]["stage2_data_movement"] == len(cm.stages(shape, H100, 1, 0.75)["stage2"])
+
+
+def test_warp_tiled_family_constants_default_to_the_classic_ones():
+    shape = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+    cfg = KernelConfig(2, 7, 128, 32, 2, 7, 2)
+    tab = cm._config_table(shape, cfg)
+    occ = cm._occupancy(tab, H100)
+    base = cm._time(shape, H100, tab, occ, 32, 0.3, "snn", [0])["predicted_us"][0]
+    assert cm.SNN_FIT_WS == cm.SNN_FIT
+    assert cm._time(shape, H100, tab, occ, 32, 0.3, "snn", [0], ws_consts=cm.SNN_FIT)["predicted_us"][0] == base
+    # only the warp-tiled family reads SNN_FIT_WS
+    slow = {**cm.SNN_FIT, "fixed_us": cm.SNN_FIT["fixed_us"] + 100}
+    t_slow = cm._time(shape, H100, tab, occ, 32, 0.3, "snn", [0], ws_consts=slow)["predicted_us"][0]
+    assert t_slow == pytest.approx(base + 100)
+    classic = KernelConfig(4, 4, 16, 32, 2)
+    ctab = cm._config_table(shape, classic)
+    cocc = cm._occupancy(ctab, H100)
+    c0 = cm._time(shape, H100, ctab, cocc, 32, 0.3, "snn", [0])["predicted_us"][0]
+    assert cm._time(shape, H100, ctab, cocc, 32, 0.3, "snn", [0], ws_consts=slow)["predicted_us"][0] == c0

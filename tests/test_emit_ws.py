@@ -117,3 +117,19 @@ def test_channel_loop_variants_render():
     assert cpre.count("@q ld.volatile.shared.f32") == used
     nz = emit.render_sparse_ws(S14, 32, cfg, variant="nz").source
     assert "switch (__ffs(mm) - 1)" in nz and nz.count("case ") == used and "if (m[" not in nz
+
+
+def test_batch1_grid_and_plans_of_run25():
+    """check_kernels --ws-b1: a grid of planned-family configs with small channel tiles, and both batch-1 plans (the
+    classic-only one of before session 7, the warp-tiled one) without leaving WS_MIN_BATCH changed."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    import check_kernels as ck
+    grid = ck.ws_b1_grid(S14)
+    assert grid and set(grid) <= set(cm.ws_space(S14)) and {c.tc for c in grid} == {8, 16, 32}
+    assert all(c.warp_tiled and 2 <= c.wh * c.ww <= 8 for c in grid)
+    keep = cm.WS_MIN_BATCH
+    plans = ck.b1_plans(S14, [0.5, 0.9])
+    assert cm.WS_MIN_BATCH == keep
+    assert not any(c.warp_tiled for c in plans["now"].values())
+    assert plans["ws_b1"] == {lv: ch.config for lv, ch in cm.plan_shape(S14, load_gpu("h100"), 1, [0.5, 0.9]).items()}
+    assert any(c.warp_tiled for c in plans["ws_b1"].values())   # what WS_MIN_BATCH = 1 changed

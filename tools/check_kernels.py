@@ -1119,7 +1119,8 @@ def main(argv=None):
                     "geomean_vs_fp32": round(math.exp(statistics.mean(math.log(r["speedup_vs_fp32"]) for r in sel)), 3),
                     "geomean_vs_tf32": round(math.exp(statistics.mean(math.log(r["speedup_vs_tf32"]) for r in sel)), 3)}
         result["summary"] = summary
-        for wanted, key, make in ((a.vec, "vec_table", vec_table), (a.tune1x1 or a.ws_exact or a.ws_b1, "top_table", top_table),
+        for wanted, key, make in ((a.vec, "vec_table", vec_table),
+                                  (a.tune1x1 or a.ws_exact or a.ws_b1, "top_table", top_table),
                                   (a.inner, "inner_table", inner_table), (a.groups, "groups_table", groups_table),
                                   (a.ws, "ws_table", ws_table), (a.ws_inner, "ws_inner_table", ws_inner_table)):
             if wanted:  # the mode's own table, in the JSON and as KEY.md

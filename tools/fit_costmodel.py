@@ -166,7 +166,8 @@ def before_model(commit: str = BEFORE):
     return mod
 
 
-def predict(rows: list[dict], model: str, consts: dict | None = None, mod=cm, ws_consts: dict | None = None) -> np.ndarray:
+def predict(rows: list[dict], model: str, consts: dict | None = None, mod=cm,
+            ws_consts: dict | None = None) -> np.ndarray:
     """Predicted µs of every row (whether or not its config survives stages 1-2)."""
     out = np.empty(len(rows))
     extra = {"consts": consts, "ws_consts": ws_consts} if mod is cm else {}
@@ -450,7 +451,8 @@ def fit_ws(rows: list[dict], start: dict | None = None) -> dict:
 def ws_report(rows: list[dict], fitted: dict) -> str:
     """Per batch and conv kind: log rmse and pick ratio (stages 1-2 first) of SNN_FIT_WS now and of `fitted`; then
     each kind held out (fitted on the other kind's rows, scored on its own)."""
-    out = ["| rows | batch | model | log bias | log rmse | pick / best (groups) |", "| --- | --- | --- | --- | --- | --- |"]
+    out = ["| rows | batch | model | log bias | log rmse | pick / best (groups) |",
+           "| --- | --- | --- | --- | --- | --- |"]
     kinds = {"3x3": lambda r: r["shape"].R == 3, "1x1": lambda r: r["shape"].R == 1}
 
     def line(label, rr, consts):
@@ -469,8 +471,8 @@ def ws_report(rows: list[dict], fitted: dict) -> str:
         line(f"{k}, held out", rr, other)
     # what decides the build: the pick among both families where both were measured
     both = [r for r in holdout_rows(list(WS_DATA)) if r["batch"] in (1, 32)]
-    out += ["", "Both families measured (classic rows: the plans' picks and the samples' classic configs): pick / best, "
-            "stages 1-2 first", "", "| batch | current | fitted | groups |", "| --- | --- | --- | --- |"]
+    out += ["", "Both families measured (classic rows: the plans' picks and the samples' classic configs): pick / "
+            "best, stages 1-2 first", "", "| batch | current | fitted | groups |", "| --- | --- | --- | --- |"]
     for b in (1, 32):
         sub = [r for r in both if r["batch"] == b]
         gs = [g for g in groups(sub) if len({sub[i]["config"].warp_tiled for i in g}) == 2]
