@@ -443,8 +443,16 @@ def _config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarra
     return _table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.wh, config.ww)
 
 
+_CONFIG_KEYS = ("th", "tw", "tc", "threads", "nt", "wh", "ww")
+
+
 def _configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
-    return [KernelConfig(*(int(tab[k][i]) for k in ("th", "tw", "tc", "threads", "nt", "wh", "ww"))) for i in idx]
+    return [KernelConfig(*(int(tab[k][i]) for k in _CONFIG_KEYS)) for i in idx]
+
+
+def _index_of(tab: dict[str, np.ndarray], config: KernelConfig) -> np.ndarray:
+    """The space-table indices of `config` (none when it is not in the space)."""
+    return np.flatnonzero(np.logical_and.reduce([tab[k] == getattr(config, k) for k in _CONFIG_KEYS]))
 
 
 # =================================================================================================
@@ -783,8 +791,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     (plan_shape may keep a lower level's config within REUSE_TOLERANCE, even one stage 2 drops here);
     it defaults to rank 1 and is listed even when it is not among the top."""
     tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
-    keep = [i for i in s1["idx"].tolist() if chosen is not None and _configs(tab, [i])[0] == chosen]
-    r = _run(shape, gpu, batch, level, model, keep=keep)
+    r = _run(shape, gpu, batch, level, model, keep=() if chosen is None else _index_of(tab, chosen).tolist())
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
     ranks = list(range(min(top, len(r["order"]))))

@@ -7,6 +7,7 @@ measurements"). CPU only, from the committed files.
     python tools/fit_costmodel.py report [--loso]    # old vs new (and paper): pick ratio, rank correlation
     python tools/fit_costmodel.py holdout JSON...    # the fitted model on check_kernels bench JSONs it never saw
     python tools/fit_costmodel.py cv                 # fit without run6's batch-B rows, score them (B = 8, 32)
+    python tools/fit_costmodel.py fitws              # the warp-tiled family's constants (SNN_FIT_WS) on WS_DATA
     python tools/fit_costmodel.py picks --out P.json # the reference grid and both models' picks, before a run
     python tools/fit_costmodel.py scorepicks P.json BENCH.json [--md OUT.md]   # ... scored after it
 
@@ -402,19 +403,26 @@ def score_picks(spec: dict, bench: dict) -> str:
 
 # ---------------------------------------------------------------- fitting
 
-def fit(rows: list[dict], start: dict | None = None) -> dict:
-    """Least squares of log(predicted / measured) over all rows, constants kept positive."""
+def fit(rows: list[dict], start: dict | None = None, ws: bool = False) -> dict:
+    """Least squares of log(predicted / measured) over all rows, constants kept positive: SNN_FIT, or with `ws`
+    SNN_FIT_WS (the warp-tiled family's, WS_FIXED left as they are; every batch size weighs the same)."""
     from scipy.optimize import least_squares
-    names = list(cm.SNN_FIT)
-    x0 = np.log([float((start or cm.SNN_FIT)[k]) for k in names])
+    base = cm.SNN_FIT_WS if ws else cm.SNN_FIT
+    names = [n for n in base if not (ws and n in WS_FIXED)]
+    x0 = np.log([float((start or base)[k]) for k in names])
     us = np.array([r["us"] for r in rows])
+    per_batch = defaultdict(int)
+    for r in rows:
+        per_batch[r["batch"]] += 1
+    weight = np.array([1.0 / np.sqrt(per_batch[r["batch"]]) if ws else 1.0 for r in rows])
 
     def resid(x):
-        p = predict(rows, "snn", dict(zip(names, np.exp(x))))
-        return np.where(np.isfinite(p), np.log(p / us), 0.0)
+        c = dict(zip(names, np.exp(x)))
+        p = predict(rows, "snn", ws_consts=c) if ws else predict(rows, "snn", c)
+        return np.where(np.isfinite(p), np.log(p / us), 0.0) * weight
 
     sol = least_squares(resid, x0, method="trf", x_scale=1.0, diff_step=1e-3, max_nfev=400)
-    return dict(zip(names, (float(v) for v in np.exp(sol.x))))
+    return {**(base if ws else {}), **dict(zip(names, (float(v) for v in np.exp(sol.x))))}
 
 
 # The warp-tiled family's measurements with the current timer and template, or close to them: run25-b1 (batch 1, this
@@ -427,25 +435,6 @@ WS_FIXED = ("w_ins",)  # not used by the warp-tiled family
 
 def ws_rows(paths=WS_DATA) -> list[dict]:
     return [r for r in holdout_rows(list(paths)) if r["config"].warp_tiled and r["batch"] in (1, 32)]
-
-
-def fit_ws(rows: list[dict], start: dict | None = None) -> dict:
-    """fit() for SNN_FIT_WS on warp-tiled rows; the classic constants stay."""
-    from scipy.optimize import least_squares
-    names = [n for n in cm.SNN_FIT_WS if n not in WS_FIXED]
-    x0 = np.log([float((start or cm.SNN_FIT_WS)[k]) for k in names])
-    us = np.array([r["us"] for r in rows])
-    per_batch = defaultdict(int)
-    for r in rows:
-        per_batch[r["batch"]] += 1
-    weight = np.array([1.0 / np.sqrt(per_batch[r["batch"]]) for r in rows])  # each batch size weighs the same
-
-    def resid(x):
-        p = predict(rows, "snn", ws_consts=dict(zip(names, np.exp(x))))
-        return np.where(np.isfinite(p), np.log(p / us), 0.0)
-
-    sol = least_squares(lambda x: resid(x) * weight, x0, method="trf", x_scale=1.0, diff_step=1e-3, max_nfev=400)
-    return {**cm.SNN_FIT_WS, **dict(zip(names, (float(v) for v in np.exp(sol.x))))}
 
 
 def ws_report(rows: list[dict], fitted: dict) -> str:
@@ -467,7 +456,7 @@ def ws_report(rows: list[dict], fitted: dict) -> str:
         rr = [r for r in rows if f(r)]
         line(k, rr, None)
         line(k, rr, fitted)
-        other = fit_ws([r for r in rows if not f(r)])
+        other = fit([r for r in rows if not f(r)], ws=True)
         line(f"{k}, held out", rr, other)
     # what decides the build: the pick among both families where both were measured
     both = [r for r in holdout_rows(list(WS_DATA)) if r["batch"] in (1, 32)]
@@ -524,7 +513,7 @@ def main() -> None:
         return
     if a.cmd == "fitws":
         rows = ws_rows()
-        c = fit_ws(rows)
+        c = fit(rows, ws=True)
         print(f"{len(rows)} warp-tiled rows; fitted: {_fmt(c)}")
         print(ws_report(rows, c))
         return
