@@ -277,7 +277,7 @@ def _space(shape: ConvShape) -> dict[str, np.ndarray]:
 def config_space(shape: ConvShape) -> list[KernelConfig]:
     """All configurations considered for `shape` (before any GPU limit), in a fixed order."""
     sp = _space(shape)
-    return [KernelConfig(*map(int, row)) for row in zip(*(sp[k] for k in ("th", "tw", "tc", "threads", "nt", "wh", "ww")))]
+    return _configs(sp, range(len(sp["th"])))
 
 
 # The kernel's resource rules (kernel_rules.weight_ring_depth, min_blocks, register_cap, chunk_channels)
@@ -745,10 +745,11 @@ def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "s
     tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
     r = _run(shape, gpu, batch, level, model)
     dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
+    idx2 = set(r["idx2"].tolist())
     return {"enumerated": _configs(tab, range(len(tab["th"]))),
             "launchable": _configs(tab, np.flatnonzero(s1["feasible"])),
             "stage1": _configs(tab, r["idx1"]),
-            "stage2": _configs(tab, [i for i in r["idx1"][dm_order] if i in set(r["idx2"].tolist())]),
+            "stage2": _configs(tab, [i for i in r["idx1"][dm_order] if i in idx2]),
             "stage3": _configs(tab, r["idx2"][r["order"]])}
 
 
@@ -791,12 +792,13 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     (plan_shape may keep a lower level's config within REUSE_TOLERANCE, even one stage 2 drops here);
     it defaults to rank 1 and is listed even when it is not among the top."""
     tab, s1 = _space_table(shape), _stage1(shape, gpu, occupancy_min(model, batch), ws_allowed(model, batch))
-    r = _run(shape, gpu, batch, level, model, keep=() if chosen is None else _index_of(tab, chosen).tolist())
+    at = () if chosen is None else _index_of(tab, chosen).tolist()
+    r = _run(shape, gpu, batch, level, model, keep=at)
     dm_of = dict(zip(r["idx1"].tolist(), r["dm1"].tolist()))
     rank_of = {int(r["idx2"][j]): k for k, j in enumerate(r["order"])}
     ranks = list(range(min(top, len(r["order"]))))
     if chosen is not None:
-        match = [i for i in rank_of if _configs(tab, [i])[0] == chosen]
+        match = [i for i in at if i in rank_of]
         if not match:
             raise ValueError(f"{chosen.tag()} did not survive stage 1 for {shape.tag()} at {level}")
         if rank_of[match[0]] not in ranks:

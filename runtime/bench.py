@@ -830,17 +830,7 @@ def _trace_rows(trace) -> list[dict]:
 
 def _replay_ms(env: Env, replay, reps: int = 30) -> float:
     """Median GPU time of one graph replay (CUDA events), the number kernel_sum is compared with."""
-    torch = env.torch
-    replay()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        replay()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return round(statistics.median(ts), 4)
+    return round(event_median_s(env.torch, replay, reps, warmup=1) * 1e3, 4)
 
 
 def kernel_sum(torch, fn, iters: int = 5) -> dict:

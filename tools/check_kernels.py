@@ -43,7 +43,9 @@ from codegen import emit  # noqa: E402
 from codegen import reference as ref  # noqa: E402
 from codegen.ptxas import parse_ptxas  # noqa: E402
 from codegen.config import KernelConfig  # noqa: E402
+from codegen import costmodel as cm  # noqa: E402
 from codegen.costmodel import pads_within  # noqa: E402
+from codegen.gpu import load_gpu  # noqa: E402
 from codegen.spec import ConvShape, load_spec  # noqa: E402
 
 NVCC_FLAGS = ["-O3", "-std=c++17", "-Xptxas", "-v"]
@@ -511,32 +513,27 @@ WS_B1_TILES = {32: ((2, 7, 1), (4, 4, 1), (4, 8, 1), (2, 4, 1)),
 WS_B1_WARPS = ((2, 2), (4, 2), (2, 4), (7, 1), (4, 1), (2, 1), (1, 2))
 
 
+def ws_configs(shape: ConvShape, tiles, warps, tcs) -> list[KernelConfig]:
+    """The configs of costmodel.ws_space(shape, one_by_one=True) among warp tiles (th, tw, nt; clipped to P and Q)
+    x warp arrangements x channel tiles (clipped to C), in that order (ws_space already leaves out what the
+    emitter cannot build)."""
+    space = set(cm.ws_space(shape, one_by_one=True))
+    return [c for th, tw, nt in tiles for wh, ww in warps for tc in tcs
+            for c in [KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)]
+            if c in space]
+
+
 def ws_b1_grid(shape: ConvShape) -> list[KernelConfig]:
     """bench --ws-b1: warp-tiled configs at batch 1, where the plan had none before session 7. Small channel
     tiles (tc 8 / 16 / 32: the classic kernel's batch-1 winners have tc 4-8) in blocks of 2-8 warps, whose block
     tiles re-read the weights fewer times than the classic kernel's 4x4 / 2x7 tiles."""
-    from codegen import costmodel as cm
-    space = set(cm.ws_space(shape, one_by_one=True))
-    out = []
-    for th, tw, nt in WS_B1_TILES[1 if shape.R * shape.S == 1 else 32 if shape.N <= 32 else 64]:
-        for wh, ww in WS_B1_WARPS:
-            for tc in (8, 16, 32):
-                c = KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)
-                if c not in space:
-                    continue
-                try:
-                    emit.ws_geometry(shape, 1, c)
-                except ValueError:
-                    continue
-                out.append(c)
-    return sorted(set(out))
+    tiles = WS_B1_TILES[1 if shape.R * shape.S == 1 else 32 if shape.N <= 32 else 64]
+    return sorted(set(ws_configs(shape, tiles, WS_B1_WARPS, (8, 16, 32))))
 
 
 def b1_plans(shape: ConvShape, levels) -> dict[str, dict[float, KernelConfig]]:
     """The "snn" plan's batch-1 picks per level as built before session 7 ("now": costmodel.WS_MIN_BATCH = 8, classic
     kernels only) and with warp-tiled configs allowed at batch 1 ("ws_b1": WS_MIN_BATCH = 1, the default since)."""
-    from codegen import costmodel as cm
-    from codegen.gpu import load_gpu
     gpu, keep, out = load_gpu("h100"), cm.WS_MIN_BATCH, {}
     try:
         for key, min_batch in (("now", 8), ("ws_b1", 1)):

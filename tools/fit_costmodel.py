@@ -294,23 +294,11 @@ def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
     """The warp-tiled part of the grid (batch >= costmodel.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
     N, blocks 2x2 / 2x4 / 4x2 / 1x2 / 2x1 and the exact 7-row / 7-column ones, tc 32 / 64 / 128 (run16-ws's
     and run19-exact's winners are among them)."""
-    from codegen import emit
+    import check_kernels as ck
     if batch < cm.WS_MIN_BATCH:
         return []
-    space = set(cm.ws_space(shape, one_by_one=True))
-    out = []
-    for th, tw, nt in (WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES):
-        for wh, ww in ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1)):
-            for tc in (32, 64, 128):
-                c = KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)
-                if c not in space:
-                    continue
-                try:
-                    emit.ws_geometry(shape, batch, c)
-                except ValueError:
-                    continue
-                out.append(c)
-    return out
+    return ck.ws_configs(shape, WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES,
+                         ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1)), (32, 64, 128))
 
 
 def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
