@@ -112,8 +112,11 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--force", is_flag=True, help="Recompile every kernel, ignoring the cubin cache.")
 @click.option("--model", type=click.Choice(["snn", "pipes", "paper"]), default="snn",
               help="Stage-3 cost model that picks the configs (docs/costmodel.md); recorded in the manifest.")
+@click.option("--candidates", type=click.IntRange(min=1, max=8), default=1,
+              help="Kernels per layer and level: the model's pick and its next best configs (one of each other "
+                   "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model, candidates):
     """Plan, render and compile the sparse kernels of SPEC into the cubin cache ($SNN_CACHE_DIR,
     default ~/.cache/snn/cubins) and write OUT/<network>/<gpu>/manifest.json.
 
@@ -123,7 +126,7 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model):
     from codegen.build import build, default_stages, parse_batches, parse_levels
     batches, lvls = parse_batches(batch), parse_levels(levels)
     net = load_spec(spec)
-    stages = default_stages(model)
+    stages = default_stages(model, candidates)
     try:
         target = stages.load_gpu(gpu)
     except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
@@ -257,19 +260,23 @@ def _finish(doc, out, name):
 @click.option("--exhaustive-layers", default=4, type=click.IntRange(min=1), help="Layers (distinct 3x3 shapes first) sampled.")
 @click.option("--exhaustive-configs", default=24, type=click.IntRange(min=2), help="Configs per layer, the model's choice included.")
 @click.option("--exhaustive-level", default=0.7, type=click.FloatRange(0.0, 0.99), help="Input sparsity of the comparison.")
+@click.option("--tune/--no-tune", default=True,
+              help="Where the build made several candidate kernels a level (snn-codegen build --candidates), measure "
+                   "them all and keep the fastest; --no-tune keeps the cost model's picks.")
 @_run_errors
 def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, force, out,
-                  exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level):
+                  exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level, tune):
     """Time cuDNN and the sparse kernel of every conv layer, batch bucket and level on the GPU, and
     write the measured times and the measured threshold (lowest level from which sparse wins) into
-    the manifest. Resumable: progress is kept in calibration.json beside the manifest."""
+    the manifest; where a level has candidate kernels, the fastest becomes its kernel. Resumable:
+    progress is kept in calibration.json beside the manifest."""
     from runtime import bench, calibrate
     res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
                               bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
                               reps or 30, 5 if warmup is None else warmup, force,
                               bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo,
                               exhaustive={"layers": exhaustive_layers, "configs": exhaustive_configs,
-                                          "level": exhaustive_level} if exhaustive else None)
+                                          "level": exhaustive_level} if exhaustive else None, tune=tune)
     for line in calibrate.format_rows(res):
         click.echo(line)
     click.echo(f"updated {res['manifest']} (threshold_source: calibrated)")

@@ -1,6 +1,7 @@
 """`snn-codegen build`: plan -> render -> make -> cubins, and the manifest that ties them together.
 
-    plan      costmodel.plan_network per batch: layer -> level -> KernelConfig (+ predicted us)
+    plan      costmodel.plan_network per batch: layer -> level -> KernelConfig (+ predicted us), and with
+              --candidates K up to K - 1 alternatives per level for `snn-run calibrate` to measure
     render    emit.render_sparse once per distinct (shape, batch, config) -- the kernel's name --
               shared across layers and levels; emit.render_epilogue once
     sources   generated/<network>/<gpu>/<kernel>.cu, rewritten only when the content changed
@@ -59,16 +60,23 @@ class Stages:
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
 
 
-def default_stages(model: str = "snn") -> Stages:
-    """The real cost model (stage-3 `model`, costmodel.MODELS) and emitter (docs/interfaces.md,
-    sections plan and source)."""
+def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
+    """The real cost model (stage-3 `model`, costmodel.MODELS; `candidates` configs per level, the model's
+    pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
     from .costmodel import estimate_resources, plan_network
     from .emit import render_epilogue, render_selector, render_sparse
     from .gpu import load_gpu
-    return Stages(partial(plan_network, model=model), render_sparse, render_epilogue, estimate_resources, load_gpu,
+    kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
+    return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
                   render_selector)
+
+
+def choice_candidates(choice) -> list:
+    """(config, predicted us) of a plan's choice: the pick first, then any alternatives (fakes have none)."""
+    cands = getattr(choice, "candidates", None)
+    return cands() if cands else [(choice.config, choice.predicted_us)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -319,8 +327,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     for b, plan in plans.items():
         for lp in plan.layers:
             for choice in lp.choices.values():
-                name = choice.config.name(lp.layer.shape, b)
-                wanted.setdefault(name, (lp.layer.shape, b, choice.config))
+                for config, _ in choice_candidates(choice):
+                    wanted.setdefault(config.name(lp.layer.shape, b), (lp.layer.shape, b, config))
     t_plan = time.perf_counter() - t0
     emitted = {}
     for name, (shape, b, config) in wanted.items():
@@ -434,12 +442,15 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             pb = prev.get(str(b), {})
             lv = {}
             for level in sorted(choices):
-                ch = choices[level]
-                kname = ch.config.name(layer.shape, b)
+                cands = [(c.name(layer.shape, b), t) for c, t in choice_candidates(choices[level])]
                 key = f"{level:.2f}"
                 po = pb.get("levels", {}).get(key, {})
-                lv[key] = {"kernel": kname, "predicted_us": round(float(ch.predicted_us), 3),
+                # a kernel `calibrate` chose among the candidates stays chosen while it is still one of them
+                kname, t = next(((n, t) for n, t in cands if n == po.get("kernel") and same_kernel(n, n)), cands[0])
+                lv[key] = {"kernel": kname, "predicted_us": round(float(t), 3),
                            "measured_us": po.get("measured_us") if same_kernel(po.get("kernel"), kname) else None}
+                if len(cands) > 1:  # the model's order; `snn-run calibrate` adds each one's measured_us
+                    lv[key]["candidates"] = [{"kernel": n, "predicted_us": round(float(t), 3)} for n, t in cands]
             unchanged = pb and pb.get("levels", {}).keys() == lv.keys() and all(
                 same_kernel(pb["levels"][key].get("kernel"), e["kernel"]) for key, e in lv.items())
             per_batch[str(b)] = {
@@ -451,9 +462,11 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
 
     epi = units[epi_name].record
     extra = {}
-    model = (getattr(stages.plan_network, "keywords", None) or {}).get("model")
-    if model:  # which stage-3 model planned these kernels (snn-codegen build --model)
-        extra["model"] = model
+    kw = getattr(stages.plan_network, "keywords", None) or {}
+    if kw.get("model"):  # which stage-3 model planned these kernels (snn-codegen build --model)
+        extra["model"] = kw["model"]
+    if kw.get("candidates", 1) > 1:  # configs per level for calibrate to choose from (--candidates)
+        extra["candidates"] = kw["candidates"]
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
         extra["selector"] = {"cubin": units[sel_name].record["cubin"], "function": sel_name,
                              **_resources(units[sel_name].record)}

@@ -72,6 +72,8 @@ STAGE2_KEEP = 1 / 3          # the paper's stage 2
 STAGE2_KEEP_SNN = 1 / 2      # "snn": its third cut the 1x1 nt 8 configs (more spatial tiles, more weight
                              # re-reads) that measured fastest at batch 8/32 (docs/costmodel.md, "nt 8")
 REUSE_TOLERANCE = 0.03     # plan_shape keeps a lower level's config if within 3 % of the fastest
+CANDIDATE_WINDOW = 1.3     # alternatives for `calibrate` to measure: predicted within 1.3x of the pick (the model's
+                           # bias between families reached +0.28 in log time, run25-b1 / fitws-s7)
 
 # ---- warp-tiled configs (KernelConfig.wh * ww > 1, sparse_conv_ws.cu.j2): "snn" model only
 # a warp's register tile; 4x7 / 7x4 left out: mispredicted both ways (nt 1: 18 % slower than predicted, nt 4:
@@ -118,6 +120,13 @@ SNN_FIT_WS = dict(SNN_FIT)
 class Choice:
     config: KernelConfig
     predicted_us: float
+    # the next configs `snn-run calibrate` measures against this one on real activations (plan_shape's
+    # `candidates`); empty unless asked for
+    alternatives: tuple = ()
+
+    def candidates(self) -> list[tuple[KernelConfig, float]]:
+        """(config, predicted us): the pick first, then its alternatives."""
+        return [(self.config, self.predicted_us)] + [(a.config, a.predicted_us) for a in self.alternatives]
 
 
 @dataclass(frozen=True)
@@ -126,10 +135,12 @@ class LayerPlan:
     choices: dict = field(hash=False)  # level (float, 2 decimals) -> Choice; shared by layers of one shape
 
     def to_dict(self, batch: int) -> dict[str, Any]:
+        def one(ch):
+            return {"config": ch.config.to_dict(), "tag": ch.config.tag(), "kernel": ch.config.name(self.layer.shape, batch),
+                    "predicted_us": round(ch.predicted_us, 4)}
         return {"index": self.layer.index, "name": self.layer.name, "shape": shape_dict(self.layer.shape),
-                "levels": {f"{lv:.2f}": {"config": ch.config.to_dict(), "tag": ch.config.tag(),
-                                         "kernel": ch.config.name(self.layer.shape, batch),
-                                         "predicted_us": round(ch.predicted_us, 4)}
+                "levels": {f"{lv:.2f}": one(ch) | ({"alternatives": [one(a) for a in ch.alternatives]}
+                                                   if ch.alternatives else {})
                            for lv, ch in self.choices.items()}}
 
 
@@ -685,13 +696,40 @@ def _run(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str, keep:
     return {"idx1": idx1, "dm1": dm1, "idx2": idx2, "n_stage2": n2, "s3": s3, "order": order, "density": density}
 
 
-def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn") -> dict[float, Choice]:
+def _family(tab: dict[str, np.ndarray], i: int) -> tuple[bool, int]:
+    """Where the model's bias differs (docs/results/costmodel/fitws-s7.md): kernel family and channels a thread."""
+    return bool(tab["wh"][i] * tab["ww"][i] > 1), int(tab["nt"][i])
+
+
+def _alternatives(tab: dict[str, np.ndarray], r: dict[str, Any], pick: int, n: int) -> list[tuple[int, float]]:
+    """Up to n stage-3 configs besides `pick` (a space index), predicted within CANDIDATE_WINDOW of it: first the
+    fastest of each family not yet represented (a measurement can only correct the model's bias between families
+    if both are measured), then the next fastest. (space index, predicted us) pairs."""
+    t = r["s3"]["predicted_us"]
+    t_pick = float(t[np.flatnonzero(r["idx2"] == pick)[0]])
+    ranked = [(int(r["idx2"][j]), float(t[j])) for j in r["order"]
+              if int(r["idx2"][j]) != pick and t[j] <= t_pick * CANDIDATE_WINDOW]
+    seen, out = {_family(tab, pick)}, []
+    for i, ti in ranked:
+        if _family(tab, i) not in seen:
+            seen.add(_family(tab, i))
+            out.append((i, ti))
+    out += [(i, ti) for i, ti in ranked if (i, ti) not in out]
+    return out[:n]
+
+
+def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn",
+               candidates: int = 1) -> dict[float, Choice]:
     """The chosen config and predicted time of one conv shape at each level (ascending).
 
     The choice is stage 3's fastest config, except that a config already chosen for a lower level
     is kept when it is within REUSE_TOLERANCE of the fastest and still faster than the previous level's
     choice: the model is not precise to a few per cent, and every distinct config is one more kernel to
-    compile. Such a config is a stage-3 candidate whenever it passes stage 1 (`_run`'s keep)."""
+    compile. Such a config is a stage-3 candidate whenever it passes stage 1 (`_run`'s keep).
+    candidates > 1: each choice also carries up to candidates - 1 alternatives (`_alternatives`), for
+    `snn-run calibrate` to measure against it."""
+    if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
+        raise UserError(f"candidates must be a positive integer, got {candidates!r}")
     tab = _space_table(shape)
     out: dict[float, Choice] = {}
     chosen: list[int] = []          # space indices already picked, in order
@@ -710,14 +748,15 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
         if i not in chosen:
             chosen.append(i)
         prev = float(t[pick])
-        out[level] = Choice(_configs(tab, [i])[0], prev)
+        alts = tuple(Choice(_configs(tab, [j])[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1))
+        out[level] = Choice(_configs(tab, [i])[0], prev, alts)
     return out
 
 
 def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | str = DEFAULT_LEVELS,
-                 model: str = "snn", layers: Iterable[str] | None = None) -> Plan:
+                 model: str = "snn", layers: Iterable[str] | None = None, candidates: int = 1) -> Plan:
     """Plan every conv layer of `net` (or only those named in `layers`); identical shapes are
-    planned once and share one choices dict."""
+    planned once and share one choices dict. candidates: see plan_shape."""
     _check(model, batch)
     lv = parse_levels(levels)
     convs = list(net.convs)
@@ -734,7 +773,7 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
     planned = []
     for c in convs:
         if c.shape not in cache:
-            cache[c.shape] = plan_shape(c.shape, gpu, batch, lv, model)
+            cache[c.shape] = plan_shape(c.shape, gpu, batch, lv, model, candidates)
         planned.append(LayerPlan(c, cache[c.shape]))
     return Plan(net.name, gpu, batch, lv, model, tuple(planned))
 

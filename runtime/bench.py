@@ -580,8 +580,9 @@ def _weights(env: Env, net, weights_arg, seed):
 
 # ------------------------------------------------------------------------------------- bench layers
 def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, weight, sets, nchw: bool,
-                  check: bool = True) -> dict:
-    """Time the sparse kernel and cuDNN (FP32, TF32; NHWC, and NCHW if asked) on the same input sets."""
+                  check: bool = True, dense: bool = True) -> dict:
+    """Time the sparse kernel and cuDNN (FP32, TF32; NHWC, and NCHW if asked; none if not `dense`) on the
+    same input sets."""
     from .executor import to_layout
     torch = env.torch
     F = torch.nn.functional
@@ -612,10 +613,11 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
         env.set_tf32(False)
 
     run("sparse", [lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape) for x in sets])
-    dense = [lambda x=x: F.conv2d(x, w_cl, None, shape.stride, shape.padding) for x in sets]
-    run("dense_fp32_nhwc", dense)
-    run("dense_tf32_nhwc", dense, True)
-    if nchw:
+    fns = [lambda x=x: F.conv2d(x, w_cl, None, shape.stride, shape.padding) for x in sets]
+    if dense:
+        run("dense_fp32_nhwc", fns)
+        run("dense_tf32_nhwc", fns, True)
+    if dense and nchw:
         xs = [x.contiguous() for x in sets]
         w = weight.contiguous()
         dn = [lambda x=x: F.conv2d(x, w, None, shape.stride, shape.padding) for x in xs]

@@ -10,6 +10,11 @@ level (runtime/bench.py), and write into the manifest:
   `threshold_source: "calibrated"`;
 - `static_kernel`: see static_kernel() below.
 
+A level built with candidates (`snn-codegen build --candidates K`: the model's pick and its next best configs)
+has every candidate measured on the same inputs; the fastest one whose output matches cuDNN becomes the level's
+`kernel` (and `predicted_us`), each candidate gets its `measured_us`, and the thresholds follow from the chosen
+kernels. cuDNN is timed once per level (with the first candidate measured). `tune=False` keeps the model's picks.
+
 The epilogue (bias + ReLU + zero count) runs after the conv on both paths, so it is not part of
 either number (bench layers reports it). Identical shapes are measured once per batch. Progress is
 kept in `calibration.json` beside the manifest after every shape, so an interrupted run resumes where
@@ -46,9 +51,43 @@ def read_sidecar(path: Path) -> dict:
     return {"schema": 1, "measurements": {}}
 
 
-def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
-    """Write measured times and thresholds into the manifest dict (in place) for every layer, batch
-    and level that has a measurement; returns one summary row per (layer, batch)."""
+MAX_REL_ERR = 1e-4  # a candidate whose output is further than this from cuDNN FP32 is never chosen
+
+
+def candidates(choice: dict, tune: bool = True) -> list[str]:
+    """The kernels calibrate measures for one level: the model's pick first, then the alternatives built with it."""
+    names = [c["kernel"] for c in choice.get("candidates", [])] or [choice["kernel"]]
+    return names if tune else names[:1]
+
+
+def _choose(choice: dict, shape, b: int, lk: str, measurements: dict, tune: bool) -> tuple[float, float] | None:
+    """Set the level's kernel to its fastest measured candidate (in place); (sparse us, dense us) or None."""
+    names = candidates(choice, tune)
+    found = {n: m for n in names if (m := measurements.get(measurement_key(shape.tag(), b, float(lk), n)))}
+    for c in choice.get("candidates", []):
+        c["measured_us"] = found[c["kernel"]]["sparse_us"] if c["kernel"] in found else None
+    dense = next((m["dense_us"] for m in found.values() if m.get("dense_us") is not None), None)
+    ok = {n: m for n, m in found.items() if "rel_err_vs_cudnn_fp32" not in m or  # (recorded since session 1)
+          (m["rel_err_vs_cudnn_fp32"] is not None and m["rel_err_vs_cudnn_fp32"] < MAX_REL_ERR)}
+    if len(names) > 1:  # tuned: the fastest correct one; a level none of whose candidates was measured keeps its pick
+        best = min(ok, key=lambda n: (ok[n]["sparse_us"], names.index(n)), default=names[0])
+        choice["kernel"] = best
+        choice["predicted_us"] = next(c["predicted_us"] for c in choice["candidates"] if c["kernel"] == best)
+    elif choice.get("candidates"):  # --no-tune: back to the model's pick
+        choice["kernel"], choice["predicted_us"] = names[0], choice["candidates"][0]["predicted_us"]
+    m = found.get(choice["kernel"])
+    if m is None or dense is None:  # not measured, or measured for a kernel that has since been rebuilt
+        choice["measured_us"] = None
+        choice.pop("dense_us", None)
+        return None
+    choice["measured_us"] = m["sparse_us"]
+    choice["dense_us"] = dense
+    return m["sparse_us"], dense
+
+
+def apply_to_manifest(data: dict, measurements: dict, net, tune: bool = True) -> list[dict]:
+    """Write measured times, the chosen candidates and thresholds into the manifest dict (in place) for
+    every layer, batch and level that has a measurement; returns one summary row per (layer, batch)."""
     shapes = {c.name: c.shape for c in net.convs}
     rows = []
     for layer in data["layers"]:
@@ -56,16 +95,13 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
         if shape is None:
             continue
         for b, entry in layer.get("batches", {}).items():
-            pairs = {}
+            pairs, gains = {}, []
             for lk, choice in entry["levels"].items():
-                m = measurements.get(measurement_key(shape.tag(), int(b), float(lk), choice["kernel"]))
-                if m is None:  # not measured, or measured for a kernel that has since been rebuilt
-                    choice["measured_us"] = None
-                    choice.pop("dense_us", None)
-                    continue
-                choice["measured_us"] = m["sparse_us"]
-                choice["dense_us"] = m["dense_us"]
-                pairs[float(lk)] = (m["sparse_us"], m["dense_us"])
+                if (pair := _choose(choice, shape, int(b), lk, measurements, tune)) is not None:
+                    pairs[float(lk)] = pair
+                    pick = choice.get("candidates", [{}])[0].get("measured_us")
+                    if pick:  # the model's pick over the chosen candidate
+                        gains.append(pick / pair[0])
             if not pairs:
                 continue
             lowest = bench.lowest_winning_level(pairs)
@@ -84,7 +120,8 @@ def apply_to_manifest(data: dict, measurements: dict, net) -> list[dict]:
                                     "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3),
                                     "static": static is not None}
             rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
-                         "threshold": entry["threshold"], "never": never, "static": static is not None})
+                         "threshold": entry["threshold"], "never": never, "static": static is not None,
+                         "tuned_levels": sum(g > 1 for g in gains), "tuned_gain": bench.geomean(gains)})
     return rows
 
 
@@ -113,9 +150,10 @@ def static_kernel(entry: dict, pairs: dict[float, tuple[float, float]]) -> str |
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
               images_dir: str | None, weights_arg: str | None = None, seed: int = 0, reps: int = 30,
               warmup: int = 5, force: bool = False, bar=None, cpu_dry_run: bool = False, log=print,
-              exhaustive: dict | None = None) -> dict:
+              exhaustive: dict | None = None, tune: bool = True) -> dict:
     """exhaustive: {"layers": n, "configs": n, "level": x} to also time a sample of stage-1 survivors
-    for a sample of layers at batches[0] (built here with nvcc through the cubin cache)."""
+    for a sample of layers at batches[0] (built here with nvcc through the cubin cache). tune: measure
+    every candidate a level was built with and keep the fastest (else the model's pick only)."""
     from . import manifest
     net = load_spec(spec)
     env = bench.Env(cpu_dry_run)
@@ -151,9 +189,9 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 choice = entry["levels"].get(bench.level_key(lv))
                 if choice is None:
                     continue
-                key = measurement_key(shape.tag(), b, lv, choice["kernel"])
-                if force or key not in meas:
-                    todo.append((g, b, lv, choice["kernel"]))
+                for kernel in candidates(choice, tune):
+                    if force or measurement_key(shape.tag(), b, lv, kernel) not in meas:
+                        todo.append((g, b, lv, kernel))
     log(f"{net.name}: {len(groups)} distinct shapes x {len(batches)} batch(es) x {len(levels)} level(s); "
         f"{len(todo)} measurement(s) to make, the rest in {sidecar_path}")
     if todo:
@@ -168,6 +206,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
         perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
         with (bar(len(todo)) if bar else contextlib.nullcontext()) as progress, torch.inference_mode():
             last_rep = None
+            timed_dense = set()  # (shape, batch, level): cuDNN is timed with the first candidate measured
             for g, b, lv, kernel in todo:
                 rep = g["layers"][0]
                 conv = next(c for c in net.convs if c.name == rep)
@@ -175,12 +214,14 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 weight = sd[f"{conv.param}.weight"].float().contiguous()
                 sets = [z[torch.as_tensor(p[:b].tolist(), device=z.device) % z.shape[0]] for p in perms]
                 xs = [bench.at_level(s, lv) for s in sets]
+                dense = (shape.tag(), b, lv) not in timed_dense
+                timed_dense.add((shape.tag(), b, lv))
                 rec = bench.measure_layer(env, timer, env.backend(caches[b]), caches[b], kernel, shape, weight, xs,
-                                          nchw=False)
+                                          nchw=False, dense=dense)
+                t = {k: v["median_us"] for k, v in rec["times"].items()}
                 meas[measurement_key(shape.tag(), b, lv, kernel)] = {
-                    "sparse_us": rec["times"]["sparse"]["median_us"],
-                    "dense_us": rec["times"]["dense_fp32_nhwc"]["median_us"],
-                    "dense_tf32_us": rec["times"]["dense_tf32_nhwc"]["median_us"],
+                    "sparse_us": t["sparse"], "dense_us": t.get("dense_fp32_nhwc"),
+                    "dense_tf32_us": t.get("dense_tf32_nhwc"),
                     "sparsity": [round(float((x == 0).float().mean().item()), 4) for x in xs],
                     "rel_err_vs_cudnn_fp32": rec.get("rel_err_vs_cudnn_fp32"), "layers": g["layers"]}
                 del xs, sets
@@ -190,7 +231,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 if progress:
                     progress.update(1)
         bench.write_json(side, sidecar_path)
-    rows = apply_to_manifest(data, meas, net)
+    rows = apply_to_manifest(data, meas, net, tune)
     bench.write_json(data, mpath)
     exh = None
     if exhaustive:
@@ -206,10 +247,12 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
 
 
 def format_rows(result: dict) -> list[str]:
-    lines = [f"{'layer':<40} {'batch':>5} {'threshold':>9}"]
+    tuned = any(r.get("tuned_gain") for r in result["rows"])
+    lines = [f"{'layer':<40} {'batch':>5} {'threshold':>9}" + ("  tuned levels (model's pick / chosen)" if tuned else "")]
     for r in result["rows"]:
         t = "never" if r["never"] else f"{r['threshold']:.2f}" + (" static" if r.get("static") else "")
-        lines.append(f"{r['layer']:<40} {r['batch']:>5} {t:>9}")
+        extra = f"  {r['tuned_levels']} ({r['tuned_gain']:.3f}x)" if tuned and r.get("tuned_gain") else ""
+        lines.append(f"{r['layer']:<40} {r['batch']:>5} {t:>9}{extra}")
     return lines
 
 

@@ -19,6 +19,10 @@ class GPU:
 class Choice:
     config: KernelConfig
     predicted_us: float
+    alternatives: tuple = ()
+
+    def candidates(self):
+        return [(self.config, self.predicted_us)] + [(a.config, a.predicted_us) for a in self.alternatives]
 
 
 @dataclass
@@ -50,6 +54,7 @@ def fake_config(shape, level) -> KernelConfig:
 class FakePlanner:
     calls: list = field(default_factory=list)
     config_fn: object = fake_config
+    alt_fn: object = None         # (shape, level) -> alternative KernelConfigs (build --candidates)
 
     def __call__(self, net, gpu, batch, levels, model="snn"):
         self.calls.append(batch)
@@ -57,8 +62,11 @@ class FakePlanner:
         layers = []
         for layer in net.convs:
             if layer.shape not in memo:  # identical shapes planned once, as the contract says
-                memo[layer.shape] = {round(lv, 2): Choice(self.config_fn(layer.shape, lv),
-                                                          round(layer.shape.macs * batch / 1e6 * (1 - lv), 3))
+                def choice(lv, t):
+                    alts = self.alt_fn(layer.shape, lv) if self.alt_fn else []
+                    return Choice(self.config_fn(layer.shape, lv), t,
+                                  tuple(Choice(c, round(t * (1.1 + 0.1 * i), 3)) for i, c in enumerate(alts)))
+                memo[layer.shape] = {round(lv, 2): choice(lv, round(layer.shape.macs * batch / 1e6 * (1 - lv), 3))
                                      for lv in levels}
             layers.append(LayerPlan(layer, memo[layer.shape]))
         return Plan(layers)

@@ -225,6 +225,43 @@ def test_apply_to_manifest_writes_measured_times_and_threshold():
     assert not any(r["static"] for r in rows) and "static_kernel" not in second
 
 
+def test_apply_to_manifest_keeps_the_fastest_correct_candidate():
+    net = load_spec(ROOT / "network_specs/vgg19.yaml")
+    tag = next(c for c in net.convs if c.name == "features.12").shape.tag()
+
+    def level(lv):
+        return {"kernel": f"a{lv}", "predicted_us": 10.0, "measured_us": None, "candidates": [
+            {"kernel": f"{k}{lv}", "predicted_us": p} for k, p in (("a", 10.0), ("b", 11.0), ("c", 12.0))]}
+    data = {"layers": [{"name": "features.12", "batches": {"1": {"threshold": 0.5, "levels": {
+        f"{lv:.2f}": level(lv) for lv in (0.5, 0.7, 0.9)}}}}]}
+
+    def m(us, dense=None, err=1e-7):
+        return {"sparse_us": us, "dense_us": dense, "rel_err_vs_cudnn_fp32": err}
+    key = calibrate.measurement_key
+    meas = {key(tag, 1, 0.5, "a0.5"): m(40.0, 30.0), key(tag, 1, 0.5, "b0.5"): m(28.0), key(tag, 1, 0.5, "c0.5"): m(29.0),
+            key(tag, 1, 0.7, "a0.7"): m(20.0, 30.0), key(tag, 1, 0.7, "b0.7"): m(25.0),
+            key(tag, 1, 0.7, "c0.7"): m(5.0, err=0.3),   # fast and wrong: never chosen
+            key(tag, 1, 0.9, "a0.9"): m(15.0, 30.0), key(tag, 1, 0.9, "c0.9"): m(12.0)}  # b0.9 not measured
+    row = calibrate.apply_to_manifest(data, meas, net)[0]
+    e = data["layers"][0]["batches"]["1"]
+    lv = e["levels"]
+    assert [lv[k]["kernel"] for k in ("0.50", "0.70", "0.90")] == ["b0.5", "a0.7", "c0.9"]
+    assert (lv["0.50"]["measured_us"], lv["0.50"]["dense_us"], lv["0.50"]["predicted_us"]) == (28.0, 30.0, 11.0)
+    assert [c["measured_us"] for c in lv["0.90"]["candidates"]] == [15.0, None, 12.0]
+    assert e["threshold"] == 0.5  # the chosen kernel wins at 0.5, where the model's pick lost
+    assert row["tuned_levels"] == 2 and row["tuned_gain"] == pytest.approx((40 / 28 * 15 / 12) ** (1 / 3))
+    assert "2 (" in calibrate.format_rows({"rows": [row]})[1]
+    # --no-tune: the model's picks again, and the threshold from their times
+    row = calibrate.apply_to_manifest(data, meas, net, tune=False)[0]
+    assert [lv[k]["kernel"] for k in ("0.50", "0.70", "0.90")] == ["a0.5", "a0.7", "a0.9"]
+    assert lv["0.50"]["predicted_us"] == 10.0 and e["threshold"] == 0.7
+    # a level none of whose candidates was measured keeps the model's pick, unmeasured
+    data["layers"][0]["batches"]["1"]["levels"]["0.90"]["kernel"] = "c0.9"
+    del meas[key(tag, 1, 0.9, "a0.9")], meas[key(tag, 1, 0.9, "c0.9")]
+    calibrate.apply_to_manifest(data, meas, net)
+    assert (lv["0.90"]["kernel"], lv["0.90"]["measured_us"]) == ("a0.9", None)
+
+
 def test_static_kernel_only_where_deciding_cannot_pay():
     net = load_spec(ROOT / "network_specs/vgg19.yaml")
     tag = next(c for c in net.convs if c.name == "features.12").shape.tag()

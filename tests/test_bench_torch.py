@@ -118,6 +118,34 @@ def test_calibrate_writes_manifest_and_resumes(setup):
     assert "6 measurement(s) to make" in run(args + ["--force"])
 
 
+def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
+    spec, m, tmp = setup
+    data = json.loads(m.read_text())
+    for layer in data["layers"]:  # as `snn-codegen build --candidates 2` writes them: one alternative a level
+        for lk, lv in layer["batches"]["2"]["levels"].items():
+            alt = lv["kernel"] + "_alt"
+            data["kernels"][alt] = data["kernels"][lv["kernel"]]
+            lv["candidates"] = [{"kernel": lv["kernel"], "predicted_us": 1.0}, {"kernel": alt, "predicted_us": 1.2}]
+    m.write_text(json.dumps(data))
+    args = ["calibrate", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--levels", "0.5,0.9"]
+    assert "12 measurement(s) to make" in run(args)
+    side = json.loads((m.parent / "calibration.json").read_text())["measurements"]
+    dense = [k for k, v in side.items() if v["dense_us"] is not None]
+    assert len(side) == 12 and len(dense) == 6 and not any(k.endswith("_alt") for k in dense)
+    data = json.loads(m.read_text())
+    for layer in data["layers"]:
+        for lk in ("0.50", "0.90"):
+            lv = layer["batches"]["2"]["levels"][lk]
+            times = {c["kernel"]: c["measured_us"] for c in lv["candidates"]}
+            assert lv["kernel"] == min(times, key=times.get) and lv["measured_us"] == min(times.values())
+            assert lv["dense_us"] > 0
+    out = run(args + ["--no-tune"])
+    assert "0 measurement(s) to make" in out
+    data = json.loads(m.read_text())
+    assert all(not lay["batches"]["2"]["levels"][lk]["kernel"].endswith("_alt")
+               for lay in data["layers"] for lk in ("0.50", "0.90"))
+
+
 def test_time_exhaustive_compares_model_with_best(setup):
     """The timing half of --exhaustive on a hand-made sample (building needs nvcc: not here)."""
     spec, m, tmp = setup

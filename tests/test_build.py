@@ -183,6 +183,40 @@ def test_calibration_survives_rebuild_with_same_kernels(env):
     assert (b["threshold"], b["threshold_source"], b["levels"]["0.50"]["measured_us"]) == (0.5, "default", None)
 
 
+def test_candidates_are_built_and_a_measured_choice_survives_rebuilds(env):
+    alt = KernelConfig(1, 8, 4, 32, 1)
+    planner = FakePlanner(alt_fn=lambda shape, level: [alt])
+    r = run_build(env, fake_stages(planner=planner))
+    assert r.kernels == 6  # the two shapes' two picks (test_build_writes_manifest...) and one alternative each
+    path = env.out / "tiny" / "h100" / "manifest.json"
+    m = json.loads(path.read_text())
+    e = m["layers"][1]["batches"]["1"]
+    lv = e["levels"]["0.80"]
+    shape = env.net.convs[1].shape
+    pick, other = fake_config(shape, 0.8).name(shape, 1), alt.name(shape, 1)
+    assert lv["kernel"] == pick and [c["kernel"] for c in lv["candidates"]] == [pick, other]
+    assert lv["candidates"][1]["predicted_us"] > lv["predicted_us"] == lv["candidates"][0]["predicted_us"]
+    assert other in m["kernels"]
+    # calibrate measured the alternative faster: it stays the level's kernel through a rebuild
+    lv.update(kernel=other, predicted_us=lv["candidates"][1]["predicted_us"], measured_us=3.0)
+    e.update(threshold=0.8, threshold_source="calibrated")
+    path.write_text(json.dumps(m))
+    r = run_build(env, fake_stages(planner=planner))
+    e = r.manifest["layers"][1]["batches"]["1"]
+    assert (e["levels"]["0.80"]["kernel"], e["levels"]["0.80"]["measured_us"]) == (other, 3.0)
+    assert (e["threshold"], e["threshold_source"]) == (0.8, "calibrated")
+    # rebuilt without candidates: the alternative is gone, the model's pick is back and not measured
+    r = run_build(env)
+    e = r.manifest["layers"][1]["batches"]["1"]
+    assert e["levels"]["0.80"]["kernel"] == pick and "candidates" not in e["levels"]["0.80"]
+    assert (e["levels"]["0.80"]["measured_us"], e["threshold_source"]) == (None, "default")
+    assert other not in r.manifest["kernels"]
+
+
+def test_default_stages_pass_candidates_to_the_cost_model():
+    assert buildmod.default_stages("snn", 3).plan_network.keywords == {"model": "snn", "candidates": 3}
+
+
 def test_calibration_dropped_when_cubin_changes(env):
     run_build(env)
     path = env.out / "tiny" / "h100" / "manifest.json"
@@ -336,7 +370,7 @@ def test_model_reaches_the_planner_and_the_manifest(env):
 
 @pytest.fixture
 def cli_env(env, monkeypatch):
-    monkeypatch.setattr(buildmod, "default_stages", lambda model="snn": fake_stages())
+    monkeypatch.setattr(buildmod, "default_stages", lambda model="snn", candidates=1: fake_stages())
     return env
 
 

@@ -461,3 +461,38 @@ def test_warp_tiled_family_constants_default_to_the_classic_ones():
     cocc = cm._occupancy(ctab, H100)
     c0 = cm._time(shape, H100, ctab, cocc, 32, 0.3, "snn", [0])["predicted_us"][0]
     assert cm._time(shape, H100, ctab, cocc, 32, 0.3, "snn", [0], ws_consts=slow)["predicted_us"][0] == c0
+
+
+def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fastest():
+    shape = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+
+    def fam(c):
+        return c.warp_tiled, c.nt
+    for batch in (1, 32):
+        one = cm.plan_shape(shape, H100, batch, [0.7], candidates=1)[0.7]
+        pick = cm.plan_shape(shape, H100, batch, [0.7], candidates=4)[0.7]
+        assert (pick.config, pick.predicted_us, one.alternatives) == (one.config, one.predicted_us, ())
+        cands = pick.candidates()
+        assert len(cands) == 4 and cands[0] == (pick.config, pick.predicted_us) and len({c for c, _ in cands}) == 4
+        # stage 3's ranking at this level, with its predictions
+        r = cm._run(shape, H100, batch, 0.7, "snn")
+        ranked = [(c, float(r["s3"]["predicted_us"][j])) for c, j in
+                  zip(cm._configs(cm._space_table(shape), r["idx2"][r["order"]]), r["order"])]
+        inside = [(c, t) for c, t in ranked if c != pick.config and t <= pick.predicted_us * cm.CANDIDATE_WINDOW]
+        assert all(ct in inside for ct in cands[1:])
+        fams = [fam(pick.config)]
+        for c, _ in cands[1:]:
+            if fam(c) in fams:
+                break
+            fams.append(fam(c))
+        missing = {fam(c) for c, _ in inside} - set(fams)
+        assert not missing or len(fams) == 4   # a family within the window is left out only when all slots differ
+        assert len(fams) >= 2                  # both families are measured on these layers
+        # after the families, the next fastest in stage 3's order
+        rest = [ct for ct in inside if ct not in cands[:len(fams)]]
+        assert cands[len(fams):] == rest[:4 - len(fams)]
+    d = cm.plan_network(load_spec(ROOT / "network_specs/resnet50.yaml"), H100, 1, "0.7", candidates=2).to_dict()
+    lv = d["layers"][0]["levels"]["0.70"]
+    assert len(lv["alternatives"]) == 1 and lv["alternatives"][0]["kernel"] != lv["kernel"]
+    with pytest.raises(UserError, match="candidates"):
+        cm.plan_shape(shape, H100, 1, [0.7], candidates=0)
