@@ -1165,13 +1165,23 @@ def summary_markdown(docs: list[dict]) -> str:
                       f"median threshold where it does: {_f(median(th))}; static (sparse at any sparsity, no "
                       f"decision on the device: it wins at every level and, extrapolated to a dense input, "
                       f"stays within {DECISION_COST_US:g} µs of cuDNN): {static}.", "",
-                      "| shape | layers | batch | threshold |", "|---|---|---|---|"]
+                      ]
+            tuned = any(r.get("tuned_gain") for r in rows)
+            if tuned:
+                gains = [r["tuned_gain"] for r in rows if r.get("tuned_gain")]
+                lines += [f"Candidate kernels measured (snn-codegen build --candidates): the model's pick took "
+                          f"**{_f(geomean(gains), '{:.3f}')}×** the chosen kernel's time (geometric mean over layers "
+                          f"and batches).", ""]
+            lines += ["| shape | layers | batch | threshold |" + (" levels retuned (pick / chosen) |" if tuned else ""),
+                      "|---|---|---|---|" + ("---|" if tuned else "")]
             grouped: dict = {}
             for r in rows:  # identical shapes share one measurement: one line each
                 grouped.setdefault((r.get("shape", r["layer"]), r["batch"]), []).append(r)
             for (shape, b), rs in grouped.items():
                 t = "never" if rs[0]["never"] else f"{rs[0]['threshold']:.2f}" + (" static" if rs[0].get("static") else "")
-                lines.append(f"| {shape} | {len(rs)} | {b} | {t} |")
+                extra = (f" {rs[0].get('tuned_levels', 0)} ({_f(rs[0].get('tuned_gain'), '{:.3f}')}×) |"
+                         if tuned else "")
+                lines.append(f"| {shape} | {len(rs)} | {b} | {t} |{extra}")
             lines.append("")
             ex = d.get("exhaustive") or []
             if ex:

@@ -132,14 +132,15 @@ def plot_e2e(docs: list[dict], out: str | Path) -> list[Path]:
 
 
 def plot_calibration(doc: dict, out: str | Path) -> list[Path]:
-    """Per distinct shape and batch: measured sparse and cuDNN times across levels."""
+    """Per distinct shape and batch: measured sparse and cuDNN times across levels (with candidate kernels:
+    the fastest one as the line, every one as a dot; cuDNN is timed with one of them)."""
     plt = _plt()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     by: dict = {}
     for key, m in doc.get("measurements", {}).items():
         tag, b, lv, _ = key.split("|")
-        by.setdefault((b, tag), []).append((float(lv), m["sparse_us"], m["dense_us"]))
+        by.setdefault((b, tag), []).append((float(lv), m["sparse_us"], m.get("dense_us")))
     if not by:
         return []
     keys = sorted(by)
@@ -148,9 +149,13 @@ def plot_calibration(doc: dict, out: str | Path) -> list[Path]:
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.2 * rows), squeeze=False)
     for ax, k in zip([a for r in axes for a in r], keys):
-        pts = sorted(by[k])
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label="sparse")
-        ax.plot([p[0] for p in pts], [p[2] for p in pts], marker="x", ms=3, label="cuDNN FP32")
+        pts = by[k]
+        lvs = sorted({p[0] for p in pts})
+        ax.plot(lvs, [min(p[1] for p in pts if p[0] == lv) for lv in lvs], marker="o", ms=3, label="sparse")
+        if len(pts) > len(lvs):
+            ax.scatter([p[0] for p in pts], [p[1] for p in pts], s=3, color="grey", label="candidates")
+        dense = sorted((p[0], p[2]) for p in pts if p[2] is not None)
+        ax.plot([p[0] for p in dense], [p[1] for p in dense], marker="x", ms=3, label="cuDNN FP32")
         ax.set_title(f"{k[1]} {k[0]}", fontsize=5)
         ax.tick_params(labelsize=6)
     for ax in [a for r in axes for a in r][n:]:

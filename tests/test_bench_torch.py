@@ -128,7 +128,9 @@ def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
             lv["candidates"] = [{"kernel": lv["kernel"], "predicted_us": 1.0}, {"kernel": alt, "predicted_us": 1.2}]
     m.write_text(json.dumps(data))
     args = ["calibrate", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--levels", "0.5,0.9"]
-    assert "12 measurement(s) to make" in run(args)
+    assert "12 measurement(s) to make" in run(args + ["--out", str(tmp / "res")])
+    md = (tmp / "res" / "summary.md").read_text()
+    assert "Candidate kernels measured" in md and "levels retuned" in md
     side = json.loads((m.parent / "calibration.json").read_text())["measurements"]
     dense = [k for k, v in side.items() if v["dense_us"] is not None]
     assert len(side) == 12 and len(dense) == 6 and not any(k.endswith("_alt") for k in dense)

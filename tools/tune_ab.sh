@@ -6,7 +6,7 @@
 #   model: the same measurements (its calibration.json copied over), `calibrate --no-tune`: the model's picks.
 # Then on photos B, for both: `bench layers` on the layers given (issue 7's) and `bench e2e` at sparsity 0.7.
 #   [K=3] [BATCHES=1,32] [LAYER_LEVELS=0.5,0.7,0.9] bash tools/tune_ab.sh NETWORK PHOTOS_A PHOTOS_B [--layer NAME ...]
-# Writes $OUT/<network>/ (logs, calibrate/bench JSON) and prints one line per side, batch and layer set.
+# Writes $OUT/<network>.tgz (logs, calibrate/bench JSON) and prints one line per side, batch and layer set.
 set -u
 NET=$1; A=$2; BI=$3; shift 3
 K=${K:-3}; B=${BATCHES:-1,32}
@@ -30,9 +30,12 @@ if [ $# -gt 0 ]; then
             --levels ${LAYER_LEVELS:-0.5,0.7,0.9} --images "$BI" "$@" --out "$R/$v"
     done
 fi
-for v in model tuned; do
+# whole-network times drift within a call (the first side ran 20 % slower, cuDNN included, in tune-s8's first
+# call): each side twice, model tuned tuned model
+for v in model tuned tuned model; do
+    [ -d "$R/$v/e2e1" ] && o="$R/$v/e2e2" || o="$R/$v/e2e1"
     snn 200 bench e2e --spec network_specs/$NET.yaml --cache "$G/$v" --gpu h100 --batch $B --sparsity-profile 0.7 \
-        --images "$BI" --no-energy --out "$R/$v"
+        --images "$BI" --no-energy --out "$o"
 done
 } > "$R/log.txt" 2>&1
 grep -E "^\+ |^exit|Error|error:" "$R/log.txt" | tail -20
@@ -51,13 +54,19 @@ for v in ("model", "tuned"):
                 sp = [s["batches"][b]["levels"][k] for s in d["shapes"] if b in s["batches"]]
                 print(v, d["network"], "layers b" + b, k, "geomean x cuDNN FP32 %.3f" % gm([r["speedup_fp32"] for r in sp]),
                       "sum us %.1f" % sum(r["sparse_us"] for r in sp))
-    for f in sorted(glob.glob(f"{R}/{v}/e2e_*.json")):
+    for f in sorted(glob.glob(f"{R}/{v}/calibrate_*.json")):
+        d = json.load(open(f))
+        for b in d["batches"]:
+            g = [r["tuned_gain"] for r in d["rows"] if r["batch"] == b and r.get("tuned_gain")]
+            print(v, d["network"], "calibrate b%d" % b, "pick/chosen geomean %.3f over %d layers" % (gm(g), len(g)) if g else "")
+    for f in sorted(glob.glob(f"{R}/{v}/e2e*/e2e_*.json")):
         d = json.load(open(f))
         for b, rec in d["runs"].items():
             t = {k: x["median_ms"] for k, x in rec["times_ms"].items()}
             fp = min(x for k, x in t.items() if "fp32" in k)
-            print(v, d["network"], "e2e b" + b, "snn %.3f ms" % t["snn"], "dense fp32 %.3f (x%.2f)" % (fp, fp / t["snn"]),
+            print(v, d["network"], f.split("/")[-2], "b" + b, "snn %.3f ms" % t["snn"], "dense fp32 %.3f (x%.2f)" % (fp, fp / t["snn"]),
                   "sparse", rec["sparse_layers"], "relerr %.1e" % rec["rel_err_snn_graph_vs_dense"])
 PY
-for f in "$R"/*/*.json; do gzip -f "$f"; done
-rm -f "$R"/*/*.png
+find "$R" -name "*.png" -delete
+find "$R" -name "*.json" -exec gzip -f {} +
+cd "$OUT" && tar czf "$NET.tgz" "$NET" && rm -rf "$NET"   # one file back

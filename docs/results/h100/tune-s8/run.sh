@@ -24,7 +24,8 @@ densenet201) L="--layer features.denseblock1.denselayer1.conv2 --layer features.
 esac
 bash tools/tune_ab.sh $NET $PWD/.carry/pa $PWD/.carry/pb $L
 echo "tune_ab done at $SECONDS s"
-SNN_GENERATED=$PWD/.carry/gen_tune/$NET/tuned SNN_RESULTS=$OUT/$NET timeout $((590 - SECONDS)) python3 -m pytest -q \
-    tests/gpu/test_manifest_kernels.py -p no:cacheprovider > $OUT/$NET/pytest_kernels.log 2>&1
-echo "pytest exit $? at $SECONDS s"; tail -2 $OUT/$NET/pytest_kernels.log
-gzip -f $OUT/$NET/kernel_check_*.json 2>/dev/null
+mkdir -p $OUT/check
+SNN_GENERATED=$PWD/.carry/gen_tune/$NET/tuned SNN_RESULTS=$OUT/check timeout $((590 - SECONDS)) python3 -m pytest -q \
+    tests/gpu/test_manifest_kernels.py -p no:cacheprovider > $OUT/check/pytest_kernels_$NET.log 2>&1
+echo "pytest exit $? at $SECONDS s"; tail -2 $OUT/check/pytest_kernels_$NET.log
+gzip -f $OUT/check/kernel_check_*.json 2>/dev/null
