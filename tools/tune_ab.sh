@@ -5,7 +5,7 @@
 #   tuned: `snn-run calibrate` measures every candidate of every level on photos A and keeps the fastest;
 #   model: the same measurements (its calibration.json copied over), `calibrate --no-tune`: the model's picks.
 # Then on photos B, for both: `bench layers` on the layers given (issue 7's) and `bench e2e` at sparsity 0.7.
-#   [K=3] [BATCHES=1,32] [LAYER_LEVELS=0.5,0.7,0.9] bash tools/tune_ab.sh NETWORK PHOTOS_A PHOTOS_B [--layer NAME ...]
+#   [K=3] [BATCHES=1,32] [LAYER_LEVELS=0.5,0.7,0.9] [CAL_REPS=30] [E2E_ORDER=...] bash tools/tune_ab.sh NETWORK PHOTOS_A PHOTOS_B [--layer NAME ...]
 # Writes $OUT/<network>.tgz (logs, calibrate/bench JSON) and prints one line per side, batch and layer set.
 set -u
 NET=$1; A=$2; BI=$3; shift 3
@@ -31,8 +31,8 @@ if [ $# -gt 0 ]; then
     done
 fi
 # whole-network times drift within a call (the first side ran 20 % slower, cuDNN included, in tune-s8's first
-# call): each side twice, model tuned tuned model
-for v in model tuned tuned model; do
+# call): by default each side twice, model tuned tuned model ($E2E_ORDER)
+for v in ${E2E_ORDER:-model tuned tuned model}; do
     [ -d "$R/$v/e2e1" ] && o="$R/$v/e2e2" || o="$R/$v/e2e1"
     snn 200 bench e2e --spec network_specs/$NET.yaml --cache "$G/$v" --gpu h100 --batch $B --sparsity-profile 0.7 \
         --images "$BI" --no-energy --out "$o"

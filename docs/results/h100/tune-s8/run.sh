@@ -22,6 +22,8 @@ resnet152) L="--layer layer1.0.conv2 --layer layer2.1.conv2 --layer layer3.1.con
 densenet201) L="--layer features.denseblock1.denselayer1.conv2 --layer features.denseblock2.denselayer1.conv2
    --layer features.denseblock3.denselayer1.conv2 --layer features.denseblock4.denselayer1.conv2";;
 esac
+# DenseNet-201 (106 distinct shapes, ~7000 measurements): calibrate with 20 runs a measurement, bench e2e once a side
+[ $NET = densenet201 ] && export CAL_REPS=20 E2E_ORDER="model tuned"
 bash tools/tune_ab.sh $NET $PWD/.carry/pa $PWD/.carry/pb $L
 echo "tune_ab done at $SECONDS s"
 mkdir -p $OUT/check
