@@ -241,20 +241,23 @@ def test_apply_to_manifest_keeps_the_fastest_correct_candidate():
     meas = {key(tag, 1, 0.5, "a0.5"): m(40.0, 30.0), key(tag, 1, 0.5, "b0.5"): m(28.0), key(tag, 1, 0.5, "c0.5"): m(29.0),
             key(tag, 1, 0.7, "a0.7"): m(20.0, 30.0), key(tag, 1, 0.7, "b0.7"): m(25.0),
             key(tag, 1, 0.7, "c0.7"): m(5.0, err=0.3),   # fast and wrong: never chosen
-            key(tag, 1, 0.9, "a0.9"): m(15.0, 30.0), key(tag, 1, 0.9, "c0.9"): m(12.0)}  # b0.9 not measured
+            key(tag, 1, 0.9, "a0.9"): m(15.0, 30.0), key(tag, 1, 0.9, "c0.9"): m(12.0),  # b0.9 not measured
+            key(tag, 1, 0.6, "a0.6"): m(15.0, 30.0), key(tag, 1, 0.6, "b0.6"): m(14.8)}  # within the margin
+    data["layers"][0]["batches"]["1"]["levels"]["0.60"] = level(0.6)
     row = calibrate.apply_to_manifest(data, meas, net)[0]
     e = data["layers"][0]["batches"]["1"]
     lv = e["levels"]
-    assert [lv[k]["kernel"] for k in ("0.50", "0.70", "0.90")] == ["b0.5", "a0.7", "c0.9"]
+    assert [lv[k]["kernel"] for k in ("0.50", "0.60", "0.70", "0.90")] == ["b0.5", "a0.6", "a0.7", "c0.9"]
+    assert 14.8 > 15.0 * (1 - calibrate.TUNE_MARGIN)
     assert (lv["0.50"]["measured_us"], lv["0.50"]["dense_us"], lv["0.50"]["predicted_us"]) == (28.0, 30.0, 11.0)
     assert [c["measured_us"] for c in lv["0.90"]["candidates"]] == [15.0, None, 12.0]
     assert e["threshold"] == 0.5  # the chosen kernel wins at 0.5, where the model's pick lost
-    assert row["tuned_levels"] == 2 and row["tuned_gain"] == pytest.approx((40 / 28 * 15 / 12) ** (1 / 3))
+    assert row["tuned_levels"] == 2 and row["tuned_gain"] == pytest.approx((40 / 28 * 15 / 12) ** (1 / 4))
     assert "2 (" in calibrate.format_rows({"rows": [row]})[1]
     # --no-tune: the model's picks again, and the threshold from their times
     row = calibrate.apply_to_manifest(data, meas, net, tune=False)[0]
     assert [lv[k]["kernel"] for k in ("0.50", "0.70", "0.90")] == ["a0.5", "a0.7", "a0.9"]
-    assert lv["0.50"]["predicted_us"] == 10.0 and e["threshold"] == 0.7
+    assert lv["0.50"]["predicted_us"] == 10.0 and e["threshold"] == 0.6
     # a level none of whose candidates was measured keeps the model's pick, unmeasured
     data["layers"][0]["batches"]["1"]["levels"]["0.90"]["kernel"] = "c0.9"
     del meas[key(tag, 1, 0.9, "a0.9")], meas[key(tag, 1, 0.9, "c0.9")]

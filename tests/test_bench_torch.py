@@ -11,7 +11,7 @@ from click.testing import CliRunner  # noqa: E402
 
 import cli  # noqa: E402
 from codegen.spec import load_spec  # noqa: E402
-from runtime import bench  # noqa: E402
+from runtime import bench, calibrate  # noqa: E402
 
 TINY = """
 name: tinybench
@@ -138,8 +138,9 @@ def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
     for layer in data["layers"]:
         for lk in ("0.50", "0.90"):
             lv = layer["batches"]["2"]["levels"][lk]
-            times = {c["kernel"]: c["measured_us"] for c in lv["candidates"]}
-            assert lv["kernel"] == min(times, key=times.get) and lv["measured_us"] == min(times.values())
+            pick, alt = (c["measured_us"] for c in lv["candidates"])
+            faster = alt < pick * (1 - calibrate.TUNE_MARGIN)
+            assert lv["kernel"] == lv["candidates"][int(faster)]["kernel"] and lv["measured_us"] == (alt if faster else pick)
             assert lv["dense_us"] > 0
     out = run(args + ["--no-tune"])
     assert "0 measurement(s) to make" in out
@@ -151,7 +152,6 @@ def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
 def test_time_exhaustive_compares_model_with_best(setup):
     """The timing half of --exhaustive on a hand-made sample (building needs nvcc: not here)."""
     spec, m, tmp = setup
-    from runtime import calibrate
     net = load_spec(spec)
     env = bench.Env(cpu_dry_run=True)
     sd, _ = bench._weights(env, net, None, 0)
