@@ -13,7 +13,13 @@ import io
 import json
 import math
 import re
+import sys
 import tarfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from runtime.calibrate import TUNE_MARGIN  # noqa: E402
 
 
 def members(path: str) -> dict[str, dict]:
@@ -36,12 +42,15 @@ def layer_rows(docs: dict) -> list[dict]:
     rows = []
     model = next(d for k, d in docs.items() if re.match(r"model/layers_", k))
     tuned = next(d for k, d in docs.items() if re.match(r"tuned/layers_", k))
+    meas = next(d for k, d in docs.items() if re.match(r"tuned/calibrate_", k))["measurements"]
     for s_m, s_t in zip(model["shapes"], tuned["shapes"]):
         for b in map(str, model["batches"]):
             for lv in model["levels"]:
                 k = f"{lv:.2f}"
                 a, c = s_m["batches"][b]["levels"][k], s_t["batches"][b]["levels"][k]
+                cal = [meas.get(f"{s_m['tag']}|b{b}|{k}|{x['kernel']}", {}).get("sparse_us") for x in (a, c)]
                 rows.append({"network": model["network"], "label": s_m["label"], "batch": int(b), "level": k,
+                             "cal_gain": cal[0] / cal[1] if all(cal) else None,
                              "model_us": a["sparse_us"], "tuned_us": c["sparse_us"], "changed": a["kernel"] != c["kernel"],
                              "model_kernel": a["kernel"], "tuned_kernel": c["kernel"],
                              "dense_model_run": a["dense_fp32_us"], "dense_tuned_run": c["dense_fp32_us"]})
@@ -88,6 +97,15 @@ def main() -> None:
         same = [r["tuned_us"] / r["model_us"] for r in sel if not r["changed"]]
         print(f"| {key[0]} | {key[1]} | {key[2]} | {gm([r['tuned_us'] / r['model_us'] for r in sel]):.3f} | "
               f"{gm(ch):.3f} ({len(ch)}) | {gm(same):.3f} ({len(same)}) |")
+    print("\n## Where the kernel changed: the gain calibrate measured (photos A) against the gain on photos B\n")
+    print("Gain = the model's pick's time over the chosen one's. `calibrate` now keeps the pick unless the gain is "
+          f"at least 1 / (1 - {TUNE_MARGIN}) (TUNE_MARGIN); this run was made without that margin.\n")
+    print("| layer | batch | level | gain, photos A | gain, photos B | kept by the margin |\n|---|---|---|---|---|---|")
+    for r in rows:
+        if r["changed"] and r["cal_gain"]:
+            kept = r["cal_gain"] < 1 / (1 - TUNE_MARGIN)
+            print(f"| {r['network']} {r['label']} | {r['batch']} | {r['level']} | {r['cal_gain']:.3f} | "
+                  f"{r['model_us'] / r['tuned_us']:.3f} | {'yes' if kept else ''} |")
     print("\n## bench e2e on photos B, sparsity profile 0.7 (runs in the order of the call)\n")
     print("| network | batch | side | run | snn ms | best dense FP32 ms (×) | sparse convs |\n|---|---|---|---|---|---|---|")
     for net, b, side, run, t, fp, n in sorted(e2e, key=lambda x: (x[0], x[1], x[3], x[2])):
