@@ -72,8 +72,10 @@ def inspect_cmd(spec, as_json):
                    "candidates with their numbers (use with --layer to keep it short).")
 @click.option("--top", type=click.IntRange(min=1), default=5, help="Candidates shown per level with --explain.")
 @click.option("--json", "as_json", is_flag=True, help="Print the full plan (and the --explain data) as JSON.")
+@click.option("--candidates", type=click.IntRange(min=1, max=8), default=1,
+              help="Also plan the model's next best configs per level, as `snn-codegen build --candidates` does.")
 @user_errors
-def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json):
+def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json, candidates):
     """Choose a kernel configuration for every conv layer of SPEC at every sparsity level, with the
     three-stage cost model: occupancy >= 50 %, least data movement (top third), least predicted
     time by waves. Identical layer shapes are planned once. See docs/costmodel.md."""
@@ -81,7 +83,7 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     from codegen.gpu import load_gpu
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
-    plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None)
+    plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None, candidates)
     explained = costmodel.explain_plan(plan, top) if explain else []
     if as_json:
         out = plan.to_dict()

@@ -906,6 +906,11 @@ def format_plan(plan: Plan) -> str:
              f"{len(plan.layers)} conv layers, {len(by_shape)} distinct shapes",
              "sum of predicted sparse-conv time per level (µs): "
              + "  ".join(f"{lv:.2f}: {totals[lv]:.0f}" for lv in plan.levels)]
+    picks = {(s, ch.config) for s, lps in by_shape.items() for ch in lps[0].choices.values()}
+    cands = {(s, c) for s, lps in by_shape.items() for ch in lps[0].choices.values() for c, _ in ch.candidates()}
+    if len(cands) > len(picks):
+        lines.append(f"with the alternatives (snn-codegen build --candidates): {len(cands)} kernels to build, "
+                     f"{len(picks)} for the picks alone")
     return "\n".join(lines)
 
 

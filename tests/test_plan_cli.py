@@ -35,6 +35,18 @@ def test_plan_json_has_every_layer_and_level():
     assert d["layers"][0]["levels"]["0.40"]["kernel"].startswith("sconv_r7s7_str2_pad3_c3n64_h224w224_")
 
 
+def test_plan_candidates_lists_the_alternatives_and_counts_the_kernels():
+    r = run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--levels", "0.5,0.7", "--candidates", "3")
+    assert r.exit_code == 0, r.output
+    assert "with the alternatives (snn-codegen build --candidates):" in r.output
+    assert "with the alternatives" not in run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2").output
+    d = json.loads(run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--levels", "0.7", "--candidates", "3",
+                       "--json").output)
+    lv = d["layers"][0]["levels"]["0.70"]
+    assert len(lv["alternatives"]) == 2 and lv["kernel"] not in {a["kernel"] for a in lv["alternatives"]}
+    assert run(RESNET152, "--gpu", "h100", "--candidates", "0").exit_code != 0
+
+
 def test_plan_explain_one_layer():
     r = run(VGG16, "--gpu", "v100", "--layer", "features.5", "--levels", "0.5,0.8", "--explain", "--top", "2")
     assert r.exit_code == 0, r.output
