@@ -115,12 +115,6 @@ SNN_FIT = {
 }
 # The warp-tiled family's: the same terms (w_ins unused: its weight loads are counted from the SASS, WS_FILL_INS).
 SNN_FIT_WS = dict(SNN_FIT)
-# ... and for its 1x1 convs at batch 1, where SNN_FIT over-predicts it by +0.29 in log time: the warp-tiled fit of
-# session 7 (tools/fit_costmodel.py fitws, docs/results/costmodel/fitws-s7.md). Scored on session 8's measurements of
-# the plans' candidates (tune-s8, not in the fit) its batch-1 picks ran 0.97x (ResNet-152) / 0.90x (DenseNet-201)
-# the time where they changed; at batch 32 0.90-1.48x, no better on the whole: there SNN_FIT_WS stays.
-SNN_FIT_WS_1X1_B1 = {"fixed_us": 8.598, "memset_us": 1.39e-06, "ch_cyc": 93.0, "pix_cyc": 13.36, "fma_cyc": 6.582,
-                  "pix_ins": 0.3034, "out_cyc": 4.049, "ch_ins": 3.306, "w_ins": 3.73}
 
 @dataclass(frozen=True)
 class Choice:
@@ -635,8 +629,7 @@ def _time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density:
     # side by side (the sum, not the longer: Nsight Compute shows neither hidden behind the other,
     # docs/results/kernels/run7-profile). Waves of SMs x blocks per SM, the last one timed on its own;
     # memory time per wave from L2 / DRAM traffic as a floor; a fixed cost and the memset around it.
-    ws_fit = SNN_FIT_WS_1X1_B1 if shape.R * shape.S == 1 and batch == 1 else SNN_FIT_WS
-    kc, kw, ws = {**SNN_FIT, **(consts or {})}, {**ws_fit, **(ws_consts or {})}, tab["ws"][idx]
+    kc, kw, ws = {**SNN_FIT, **(consts or {})}, {**SNN_FIT_WS, **(ws_consts or {})}, tab["ws"][idx]
     k_ = {n: np.where(ws, kw[n], kc[n]) for n in kc}
     clk = gpu.boost_clock_mhz * 1e6
     f = tab["nt"][idx] * tab["pairs_thr"][idx] * density         # FMAs per thread and channel (its register tile)

@@ -496,17 +496,3 @@ def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fas
     assert len(lv["alternatives"]) == 1 and lv["alternatives"][0]["kernel"] != lv["kernel"]
     with pytest.raises(UserError, match="candidates"):
         cm.plan_shape(shape, H100, 1, [0.7], candidates=0)
-
-
-def test_warp_tiled_1x1_convs_at_batch_1_have_their_own_constants(monkeypatch):
-    one = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
-    three = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
-    cfg = KernelConfig(1, 7, 32, 32, 4, 2, 4)
-
-    def t(shape, batch):
-        tab = cm._config_table(shape, cfg)
-        return cm._time(shape, H100, tab, cm._occupancy(tab, H100), batch, 0.3, "snn", [0])["predicted_us"][0]
-    before = {(s, b): t(s, b) for s in (one, three) for b in (1, 32)}
-    monkeypatch.setitem(cm.SNN_FIT_WS_1X1_B1, "fixed_us", cm.SNN_FIT_WS_1X1_B1["fixed_us"] + 50)
-    assert t(one, 1) == pytest.approx(before[(one, 1)] + 50)
-    assert t(one, 32) == before[(one, 32)] and t(three, 1) == before[(three, 1)]
