@@ -136,8 +136,8 @@ class LayerPlan:
 
     def to_dict(self, batch: int) -> dict[str, Any]:
         def one(ch):
-            return {"config": ch.config.to_dict(), "tag": ch.config.tag(), "kernel": ch.config.name(self.layer.shape, batch),
-                    "predicted_us": round(ch.predicted_us, 4)}
+            return {"config": ch.config.to_dict(), "tag": ch.config.tag(),
+                    "kernel": ch.config.name(self.layer.shape, batch), "predicted_us": round(ch.predicted_us, 4)}
         return {"index": self.layer.index, "name": self.layer.name, "shape": shape_dict(self.layer.shape),
                 "levels": {f"{lv:.2f}": one(ch) | ({"alternatives": [one(a) for a in ch.alternatives]}
                                                    if ch.alternatives else {})

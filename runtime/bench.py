@@ -1164,8 +1164,7 @@ def summary_markdown(docs: list[dict]) -> str:
                       f"what a decision costs); "
                       f"median threshold where it does: {_f(median(th))}; static (sparse at any sparsity, no "
                       f"decision on the device: it wins at every level and, extrapolated to a dense input, "
-                      f"stays within {DECISION_COST_US:g} µs of cuDNN): {static}.", "",
-                      ]
+                      f"stays within {DECISION_COST_US:g} µs of cuDNN): {static}.", ""]
             tuned = any(r.get("tuned_gain") for r in rows)
             if tuned:
                 gains = [r["tuned_gain"] for r in rows if r.get("tuned_gain")]

@@ -13,7 +13,8 @@ level (runtime/bench.py), and write into the manifest:
 A level built with candidates (`snn-codegen build --candidates K`: the model's pick and its next best configs)
 has every candidate measured on the same inputs; the fastest one whose output matches cuDNN becomes the level's
 `kernel` (and `predicted_us`) if it beats the model's pick by TUNE_MARGIN, each candidate gets its `measured_us`,
-and the thresholds follow from the chosen kernels. cuDNN is timed once per level (with the first candidate measured). `tune=False` keeps the model's picks.
+and the thresholds follow from the chosen kernels. cuDNN is timed once per level (with the first candidate
+measured). `tune=False` keeps the model's picks.
 
 The epilogue (bias + ReLU + zero count) runs after the conv on both paths, so it is not part of
 either number (bench layers reports it). Identical shapes are measured once per batch. Progress is
@@ -253,7 +254,8 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
 
 def format_rows(result: dict) -> list[str]:
     tuned = any(r.get("tuned_gain") for r in result["rows"])
-    lines = [f"{'layer':<40} {'batch':>5} {'threshold':>9}" + ("  tuned levels (model's pick / chosen)" if tuned else "")]
+    head = f"{'layer':<40} {'batch':>5} {'threshold':>9}"
+    lines = [head + ("  tuned levels (model's pick / chosen)" if tuned else "")]
     for r in result["rows"]:
         t = "never" if r["never"] else f"{r['threshold']:.2f}" + (" static" if r.get("static") else "")
         extra = f"  {r['tuned_levels']} ({r['tuned_gain']:.3f}x)" if tuned and r.get("tuned_gain") else ""

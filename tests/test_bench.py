@@ -238,7 +238,8 @@ def test_apply_to_manifest_keeps_the_fastest_correct_candidate():
     def m(us, dense=None, err=1e-7):
         return {"sparse_us": us, "dense_us": dense, "rel_err_vs_cudnn_fp32": err}
     key = calibrate.measurement_key
-    meas = {key(tag, 1, 0.5, "a0.5"): m(40.0, 30.0), key(tag, 1, 0.5, "b0.5"): m(28.0), key(tag, 1, 0.5, "c0.5"): m(29.0),
+    meas = {key(tag, 1, 0.5, "a0.5"): m(40.0, 30.0), key(tag, 1, 0.5, "b0.5"): m(28.0),
+            key(tag, 1, 0.5, "c0.5"): m(29.0),
             key(tag, 1, 0.7, "a0.7"): m(20.0, 30.0), key(tag, 1, 0.7, "b0.7"): m(25.0),
             key(tag, 1, 0.7, "c0.7"): m(5.0, err=0.3),   # fast and wrong: never chosen
             key(tag, 1, 0.9, "a0.9"): m(15.0, 30.0), key(tag, 1, 0.9, "c0.9"): m(12.0),  # b0.9 not measured

@@ -51,7 +51,8 @@ def layer_rows(docs: dict) -> list[dict]:
                 cal = [meas.get(f"{s_m['tag']}|b{b}|{k}|{x['kernel']}", {}).get("sparse_us") for x in (a, c)]
                 rows.append({"network": model["network"], "label": s_m["label"], "batch": int(b), "level": k,
                              "cal_gain": cal[0] / cal[1] if all(cal) else None,
-                             "model_us": a["sparse_us"], "tuned_us": c["sparse_us"], "changed": a["kernel"] != c["kernel"],
+                             "model_us": a["sparse_us"], "tuned_us": c["sparse_us"],
+                             "changed": a["kernel"] != c["kernel"],
                              "model_kernel": a["kernel"], "tuned_kernel": c["kernel"],
                              "dense_model_run": a["dense_fp32_us"], "dense_tuned_run": c["dense_fp32_us"]})
     return rows
@@ -71,7 +72,8 @@ def main() -> None:
                 for b, rec in d["runs"].items():
                     t = {n: x["median_ms"] for n, x in rec["times_ms"].items()}
                     fp = min(x for n, x in t.items() if "fp32" in n)
-                    e2e.append((d["network"], int(b), k.split("/")[0], k.split("/")[1], t["snn"], fp, rec["sparse_layers"]))
+                    side, run = k.split("/")[:2]
+                    e2e.append((d["network"], int(b), side, run, t["snn"], fp, rec["sparse_layers"]))
             elif "/calibrate_" in k and k.startswith("tuned/"):
                 for b in d["batches"]:
                     g = [r["tuned_gain"] for r in d["rows"] if r["batch"] == b and r.get("tuned_gain")]
@@ -82,7 +84,8 @@ def main() -> None:
     for net, b, g, n, tot in cal:
         print(f"| {net} | {b} | {g:.3f} | {n} of {tot} |")
     print("\n## bench layers on photos B: our µs, the model's pick → the measured choice (* another kernel)\n")
-    print("| layer | batch | level | model µs | tuned µs | ratio | cuDNN FP32 µs (each run) |\n|---|---|---|---|---|---|---|")
+    print("| layer | batch | level | model µs | tuned µs | ratio | cuDNN FP32 µs (each run) |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['network']} {r['label']} | {r['batch']} | {r['level']} | {r['model_us']:.1f} | {r['tuned_us']:.1f}"
               f"{' *' if r['changed'] else ''} | {r['tuned_us'] / r['model_us']:.3f} | "
@@ -107,7 +110,8 @@ def main() -> None:
             print(f"| {r['network']} {r['label']} | {r['batch']} | {r['level']} | {r['cal_gain']:.3f} | "
                   f"{r['model_us'] / r['tuned_us']:.3f} | {'yes' if kept else ''} |")
     print("\n## bench e2e on photos B, sparsity profile 0.7 (runs in the order of the call)\n")
-    print("| network | batch | side | run | snn ms | best dense FP32 ms (×) | sparse convs |\n|---|---|---|---|---|---|---|")
+    print("| network | batch | side | run | snn ms | best dense FP32 ms (×) | sparse convs |")
+    print("|---|---|---|---|---|---|---|")
     for net, b, side, run, t, fp, n in sorted(e2e, key=lambda x: (x[0], x[1], x[3], x[2])):
         print(f"| {net} | {b} | {side} | {run} | {t:.3f} | {fp:.3f} ({fp / t:.2f}) | {n} |")
     if a.png:
