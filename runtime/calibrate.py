@@ -65,7 +65,8 @@ def candidates(choice: dict, tune: bool = True) -> list[str]:
 
 
 def _choose(choice: dict, shape, b: int, lk: str, measurements: dict, tune: bool) -> tuple[float, float] | None:
-    """Set the level's kernel to its fastest measured candidate (in place); (sparse us, dense us) or None."""
+    """Set the level's kernel to its fastest correct measured candidate, the model's pick unless an alternative is
+    TUNE_MARGIN faster (in place); (sparse us, dense us) or None."""
     names = candidates(choice, tune)
     found = {n: m for n in names if (m := measurements.get(measurement_key(shape.tag(), b, float(lk), n)))}
     for c in choice.get("candidates", []):
