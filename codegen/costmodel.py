@@ -748,7 +748,8 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
         if i not in chosen:
             chosen.append(i)
         prev = float(t[pick])
-        alts = tuple(Choice(_configs(tab, [j])[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1))
+        alts = tuple(Choice(_configs(tab, [j])[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1)) \
+            if candidates > 1 else ()
         out[level] = Choice(_configs(tab, [i])[0], prev, alts)
     return out
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.calibrate import TUNE_MARGIN  # noqa: E402
+from runtime.calibrate import TUNE_MARGIN, measurement_key  # noqa: E402
 
 
 def members(path: str) -> dict[str, dict]:
@@ -48,7 +48,8 @@ def layer_rows(docs: dict) -> list[dict]:
             for lv in model["levels"]:
                 k = f"{lv:.2f}"
                 a, c = s_m["batches"][b]["levels"][k], s_t["batches"][b]["levels"][k]
-                cal = [meas.get(f"{s_m['tag']}|b{b}|{k}|{x['kernel']}", {}).get("sparse_us") for x in (a, c)]
+                cal = [meas.get(measurement_key(s_m["tag"], int(b), lv, x["kernel"]), {}).get("sparse_us")
+                       for x in (a, c)]
                 rows.append({"network": model["network"], "label": s_m["label"], "batch": int(b), "level": k,
                              "cal_gain": cal[0] / cal[1] if all(cal) else None,
                              "model_us": a["sparse_us"], "tuned_us": c["sparse_us"],
