@@ -11,8 +11,8 @@ import sys
 
 import click
 
-from codegen.errors import UserError
-from codegen.spec import SpecError, load_spec
+from snn.codegen.errors import UserError
+from snn.codegen.spec import SpecError, load_spec
 
 
 def user_errors(fn):
@@ -42,7 +42,7 @@ def codegen_main():
 @user_errors
 def inspect_cmd(spec, as_json):
     """Show the convolution layers of SPEC: shapes, MACs and share of the network's MACs."""
-    from codegen.inspect import format_table, summary
+    from snn.codegen.inspect import format_table, summary
     net = load_spec(spec)
     info = summary(net)
     if as_json:
@@ -79,8 +79,8 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     """Choose a kernel configuration for every conv layer of SPEC at every sparsity level, with the
     three-stage cost model: occupancy >= 50 %, least data movement (top third), least predicted
     time by waves. Identical layer shapes are planned once. See docs/costmodel.md."""
-    from codegen import costmodel
-    from codegen.gpu import load_gpu
+    from snn.codegen import costmodel
+    from snn.codegen.gpu import load_gpu
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
     plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None, candidates)
@@ -125,7 +125,7 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model, candidate
     Only cache misses are compiled (nvcc through the Makefile's cubins target, in parallel). The
     build fails if any kernel has a stack frame or spills. Needs nvcc (set NVCC=/path to choose one),
     no GPU."""
-    from codegen.build import build, default_stages, parse_batches, parse_levels
+    from snn.codegen.build import build, default_stages, parse_batches, parse_levels
     batches, lvls = parse_batches(batch), parse_levels(levels)
     net = load_spec(spec)
     stages = default_stages(model, candidates)
@@ -178,8 +178,8 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     Files that are not images or cannot be decoded are reported by name and skipped; the exit code
     is then 3 (1 for errors). Needs an NVIDIA GPU, PyTorch and the kernel cache for this GPU.
     """
-    from runtime.errors import RunError
-    from runtime.infer import infer_command
+    from snn.runtime.errors import RunError
+    from snn.runtime.infer import infer_command
     try:
         code = infer_command(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed,
                              graph)
@@ -193,7 +193,7 @@ def _run_errors(fn):
     """RunError / SpecError / UserError -> one line, exit 1."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from runtime.errors import RunError
+        from snn.runtime.errors import RunError
         try:
             return fn(*args, **kwargs)
         except (RunError, SpecError, UserError) as e:
@@ -234,13 +234,13 @@ def _profile_suffix(profile):
 
 def _checkpoint(out, kind, spec, profile=None):
     """Write the document so far after every shape/batch: an interrupted run keeps what it measured."""
-    from runtime.bench import write_json
+    from snn.runtime.bench import write_json
     name = f"{kind}_{load_spec(spec).name}{_profile_suffix(profile) if kind == 'e2e' else ''}"
     return lambda doc: write_json(doc, f"{out}/{name}.json")
 
 
 def _finish(doc, out, name):
-    from runtime.bench import report, write_json
+    from snn.runtime.bench import report, write_json
     path = write_json(doc, f"{out}/{name}.json")
     click.echo(f"wrote {path}")
     md, pngs, note = report(out)
@@ -272,7 +272,7 @@ def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
     write the measured times and the measured threshold (lowest level from which sparse wins) into
     the manifest; where a level has candidate kernels, the fastest becomes its kernel. Resumable:
     progress is kept in calibration.json beside the manifest."""
-    from runtime import bench, calibrate
+    from snn.runtime import bench, calibrate
     res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
                               bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
                               reps or 30, 5 if warmup is None else warmup, force,
@@ -306,7 +306,7 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
                      out, max_shapes, layers, nchw):
     """Per distinct conv shape: speedup of the sparse path over cuDNN FP32 and TF32 across levels and
     batch sizes, on real activations thresholded to each level (paper Figs. 10-11)."""
-    from runtime import bench
+    from snn.runtime import bench
     doc = bench.bench_layers(spec, cache_dir, gpu, bench.parse_batches(batch), bench.parse_levels(levels),
                              images_dir, weights, seed, reps or 30, 5 if warmup is None else warmup, nchw,
                              max_shapes, tuple(layers), bar=_bar("bench layers"), cpu_dry_run=cpu_dry_run,
@@ -331,7 +331,7 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
                   graphs, energy):
     """Whole-network time (and energy) of snn against the dense network on cuDNN (FP32 and TF32; eager
     and CUDA-graph), paper Figs. 12-13."""
-    from runtime import bench
+    from snn.runtime import bench
     doc = bench.bench_e2e(spec, cache_dir, gpu, bench.parse_batches(batch), images_dir, weights, seed,
                           bench.parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
                           cpu_dry_run=cpu_dry_run, log=click.echo,
@@ -345,7 +345,7 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
 @_run_errors
 def bench_report_cmd(folder):
     """Redraw the plots and summary.md of FOLDER from its JSON results (e.g. after a GPU run without matplotlib)."""
-    from runtime.bench import report
+    from snn.runtime.bench import report
     md, pngs, note = report(folder)
     click.echo(f"wrote {md}" + "".join(f"\nwrote {p}" for p in pngs))
     if note:

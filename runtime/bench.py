@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.spec import Network, load_spec
+from snn.codegen.spec import Network, load_spec
 
 from .dispatch import DECISION_COST_US
 from .errors import RunError
@@ -49,8 +49,8 @@ def parse_batches(text: str) -> list[int]:
 
 
 def parse_levels(text: str) -> list[float]:
-    from codegen.costmodel import parse_levels as _parse
-    from codegen.errors import UserError
+    from snn.codegen.costmodel import parse_levels as _parse
+    from snn.codegen.errors import UserError
     try:
         return sorted(set(_parse(text)))
     except UserError as e:

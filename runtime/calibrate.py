@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.spec import load_spec
+from snn.codegen.spec import load_spec
 
 from . import bench, dispatch
 from .errors import RunError
@@ -269,7 +269,7 @@ def exhaustive_plan(net, gpu, batch: int, level: float, n_layers: int, n_configs
     """A sample of layers (distinct shapes, kernels larger than 1x1 first, evenly spaced) and, per
     layer, the model's choice plus up to n_configs stage-1 survivors: the model's next best ones and
     the rest evenly spread over stage 1 (all of stage 1 is hundreds to thousands of kernels)."""
-    from codegen import costmodel
+    from snn.codegen import costmodel
     sources = bench.relu_sources(net)
     groups = bench.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
     big = [g for g in groups if g["shape"].R > 1 and tuple(g["shape"].stride) == (1, 1)] \
@@ -297,11 +297,11 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
     kernel entries the runtime needs (cubin, steps, workspace, weight_layout) with the model's numbers."""
     import os
 
-    from codegen import costmodel, emit
-    from codegen.build import KEY_FLAGS, Unit, compile_units, find_nvcc, toolchain
-    from codegen.cache import CubinCache, cache_key
-    from codegen.gpu import load_gpu
-    from codegen import ptxas
+    from snn.codegen import costmodel, emit
+    from snn.codegen.build import KEY_FLAGS, Unit, compile_units, find_nvcc, toolchain
+    from snn.codegen.cache import CubinCache, cache_key
+    from snn.codegen.gpu import load_gpu
+    from snn.codegen import ptxas
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
     cache = CubinCache()

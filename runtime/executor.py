@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from codegen.spec import Network
+from snn.codegen.spec import Network
 
 from . import dispatch
 from .cuda import import_torch

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from codegen.spec import load_spec
+from snn.codegen.spec import load_spec
 
 from . import images
 from .errors import RunError

@@ -11,7 +11,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from codegen.spec import ConvShape, Network
+from snn.codegen.spec import ConvShape, Network
 
 from .errors import RunError
 
@@ -32,7 +32,7 @@ def guess_gpu_name(device_name: str) -> str:
     """The name `snn-codegen build --gpu` knows for this device, e.g. 'NVIDIA H100 80GB HBM3' -> 'h100'."""
     flat = re.sub(r"[^a-z0-9]", "", device_name.lower())
     try:
-        from codegen.gpu import known_gpus  # written by the codegen side; may not exist yet
+        from snn.codegen.gpu import known_gpus  # written by the codegen side; may not exist yet
         names = sorted(known_gpus(), key=len, reverse=True)
     except Exception:
         names = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from codegen.spec import Network
+from snn.codegen.spec import Network
 
 from .cuda import import_torch
 from .errors import RunError

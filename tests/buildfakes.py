@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from codegen.build import Stages
-from codegen.config import KernelConfig
+from snn.codegen.build import Stages
+from snn.codegen.config import KernelConfig
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,2 @@
-import sys
-from pathlib import Path
-
-# Tests import the project from the checkout (cli.py sits at the root, beside codegen/ and runtime/).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# The package is `snn` (the repository root, installed by `make setup`): tests import snn.codegen,
+# snn.runtime and snn.cli, never the checkout's folders directly.

@@ -5,7 +5,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from codegen.ptxas import parse_ptxas
+from snn.codegen.ptxas import parse_ptxas
 
 
 def compile_units(sources: list[str], jobs: int) -> dict[str, dict]:

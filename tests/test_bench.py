@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from codegen.spec import load_spec
-from runtime import bench, calibrate
-from runtime.errors import RunError
+from snn import cli
+from snn.codegen.spec import load_spec
+from snn.runtime import bench, calibrate
+from snn.runtime.errors import RunError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_no_torch_imported_by_the_cpu_parts():
     assert "torch" not in sys.modules or sys.modules["torch"] is not None  # importing bench pulls no torch
     import importlib
-    for m in ("runtime.bench", "runtime.calibrate", "runtime.plots"):
+    for m in ("snn.runtime.bench", "snn.runtime.calibrate", "snn.runtime.plots"):
         importlib.import_module(m)
 
 
@@ -179,7 +179,7 @@ def test_report_writes_summary_and_plots(tmp_path):
     (tmp_path / "other.json").write_text('{"not": "ours"}')
     md, pngs, note = bench.report(tmp_path)
     assert md.read_text().startswith("# snn benchmark summary")
-    from runtime import plots
+    from snn.runtime import plots
     if not plots.available():
         assert pngs == [] and "matplotlib" in note
         pytest.skip("matplotlib is not installed: plot rendering not tested")

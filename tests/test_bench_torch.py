@@ -9,9 +9,9 @@ torch = pytest.importorskip("torch")
 
 from click.testing import CliRunner  # noqa: E402
 
-import cli  # noqa: E402
-from codegen.spec import load_spec  # noqa: E402
-from runtime import bench, calibrate  # noqa: E402
+from snn import cli  # noqa: E402
+from snn.codegen.spec import load_spec  # noqa: E402
+from snn.runtime import bench, calibrate  # noqa: E402
 
 TINY = """
 name: tinybench

@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
+from snn import cli
 from buildfakes import GPU, FakePlanner, FakeRenderer, fake_config, fake_stages
-from codegen import build as buildmod
-from codegen.build import build, parse_batches, parse_levels
-from codegen.cache import CubinCache
-from codegen.config import KernelConfig
-from codegen.errors import UserError
-from codegen.spec import load_spec
+from snn.codegen import build as buildmod
+from snn.codegen.build import build, parse_batches, parse_levels
+from snn.codegen.cache import CubinCache
+from snn.codegen.config import KernelConfig
+from snn.codegen.errors import UserError
+from snn.codegen.spec import load_spec
 
 REPO = Path(__file__).resolve().parent.parent
 NVCC = shutil.which("nvcc")
@@ -98,7 +98,7 @@ def test_first_build_writes_sources_cubins_and_manifest(env):
 
 
 def load_shape(d):
-    from codegen.spec import ConvShape
+    from snn.codegen.spec import ConvShape
     return ConvShape(d["C"], d["N"], d["H"], d["W"], d["R"], d["S"], tuple(d["stride"]), tuple(d["padding"]))
 
 

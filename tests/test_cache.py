@@ -4,8 +4,8 @@ import os
 
 import pytest
 
-from codegen import cache as cachemod
-from codegen.cache import CubinCache, atomic_write, cache_key, write_if_changed
+from snn.codegen import cache as cachemod
+from snn.codegen.cache import CubinCache, atomic_write, cache_key, write_if_changed
 
 
 def test_key_changes_with_every_part():

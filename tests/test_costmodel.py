@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen import costmodel as cm, emit
-from codegen.config import KernelConfig
-from codegen.errors import UserError
-from codegen.gpu import known_gpus, load_gpu
-from codegen.occupancy import occupancy
-from codegen.spec import ConvShape, load_spec
+from snn.codegen import costmodel as cm, emit
+from snn.codegen.config import KernelConfig
+from snn.codegen.errors import UserError
+from snn.codegen.gpu import known_gpus, load_gpu
+from snn.codegen.occupancy import occupancy
+from snn.codegen.spec import ConvShape, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = sorted((ROOT / "network_specs").glob("*.yaml"))

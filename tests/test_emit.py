@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from nvcc_units import compile_units
 
-from codegen import emit
-from codegen.config import KernelConfig
-from codegen.spec import ConvShape, load_spec
+from snn.codegen import emit
+from snn.codegen.config import KernelConfig
+from snn.codegen.spec import ConvShape, load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from nvcc_units import compile_units
 
-from codegen import emit
-from codegen import reference as ref
-from codegen.config import KernelConfig
-from codegen.spec import ConvShape
+from snn.codegen import emit
+from snn.codegen import reference as ref
+from snn.codegen.config import KernelConfig
+from snn.codegen.spec import ConvShape
 
 
 def S3(c, n, h):

@@ -7,9 +7,9 @@ import shutil
 import pytest
 from nvcc_units import compile_units
 
-from codegen import emit
-from codegen.config import KernelConfig
-from codegen.spec import ConvShape
+from snn.codegen import emit
+from snn.codegen.config import KernelConfig
+from snn.codegen.spec import ConvShape
 
 S3 = ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1))
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from nvcc_units import compile_units
 
-from codegen import costmodel as cm
-from codegen import emit, kernel_rules
-from codegen.config import KernelConfig
-from codegen.gpu import load_gpu
-from codegen.spec import ConvShape
+from snn.codegen import costmodel as cm
+from snn.codegen import emit, kernel_rules
+from snn.codegen.config import KernelConfig
+from snn.codegen.gpu import load_gpu
+from snn.codegen.spec import ConvShape
 
 S14 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 RAGGED = ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1))

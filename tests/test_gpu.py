@@ -1,8 +1,8 @@
 """GPU descriptions: the table, --gpu auto from driver attributes, and the user-facing errors."""
 import pytest
 
-from codegen.errors import UserError
-from codegen.gpu import GPU, gpu_from_attributes, known_gpus, load_gpu
+from snn.codegen.errors import UserError
+from snn.codegen.gpu import GPU, gpu_from_attributes, known_gpus, load_gpu
 
 # Datasheet FP32 peaks (TFLOPS) the table must reproduce from SMs x lanes x 2 x boost clock.
 PEAK_TFLOPS = {"v100": 15.7, "rtx2080ti": 13.4, "a100": 19.5, "h100": 67.0, "h200": 67.0}
@@ -101,7 +101,7 @@ def test_auto_unknown_capability_is_a_user_error():
 def test_query_device_plumbing_with_a_fake_driver(monkeypatch):
     """query_device through cuda-python's real enum names, with the driver calls faked as an H100."""
     drv = pytest.importorskip("cuda.bindings.driver")
-    from codegen import gpu as gpu_mod
+    from snn.codegen import gpu as gpu_mod
     want = h100_sxm_attributes()
     by_enum = {getattr(drv.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}"): want[key]
                for key, name in gpu_mod._ATTRIBUTES.items()}

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from codegen import ptxas
-from codegen.emit import render_selector
-from runtime import dispatch
+from snn import cli
+from snn.codegen import ptxas
+from snn.codegen.emit import render_selector
+from snn.runtime import dispatch
 
 ROOT = Path(__file__).resolve().parent.parent
 LEVELS = [round(0.4 + 0.05 * i, 2) for i in range(11)]
@@ -142,9 +142,9 @@ def test_selector_compiles_without_stack_or_spills(tmp_path):
 def test_build_records_the_selector(tmp_path, monkeypatch):
     sys.path.insert(0, str(ROOT / "tests"))
     from buildfakes import GPU, fake_stages
-    from codegen.build import build
-    from codegen.cache import CubinCache
-    from codegen.spec import load_spec
+    from snn.codegen.build import build
+    from snn.codegen.cache import CubinCache
+    from snn.codegen.spec import load_spec
     spec = tmp_path / "tiny.yaml"
     spec.write_text("name: tiny\ninput: {name: image, shape: [8, 16, 16]}\nnodes:\n"
                     "  - {name: a, op: conv, input: image, in_channels: 8, out_channels: 16, kernel: 3, padding: 1}\n"
@@ -178,7 +178,7 @@ def test_no_gc_while_capturing_restores_the_collector():
     aborts the process), and leave it as they found it."""
     import gc
 
-    from runtime.graph import _no_gc
+    from snn.runtime.graph import _no_gc
     assert gc.isenabled()
     with _no_gc():
         assert not gc.isenabled()

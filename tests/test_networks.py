@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.spec import load_spec
+from snn.codegen.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "network_specs"

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from codegen.gpu import known_gpus, load_gpu
-from codegen.occupancy import occupancy, occupancy_array
+from snn.codegen.gpu import known_gpus, load_gpu
+from snn.codegen.occupancy import occupancy, occupancy_array
 
 H100 = load_gpu("h100")
 V100 = load_gpu("v100")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
+from snn import cli
 
 ROOT = Path(__file__).resolve().parents[1]
 RESNET152 = str(ROOT / "network_specs" / "resnet152.yaml")

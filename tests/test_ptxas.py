@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from codegen.ptxas import FunctionResources, parse_ptxas, problems, summarize
+from snn.codegen.ptxas import FunctionResources, parse_ptxas, problems, summarize
 
 SM90 = """\
 ptxas info    : 0 bytes gmem

@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from codegen import emit
-from codegen import reference as ref
-from codegen.config import KernelConfig
-from codegen.spec import ConvShape
+from snn.codegen import emit
+from snn.codegen import reference as ref
+from snn.codegen.config import KernelConfig
+from snn.codegen.spec import ConvShape
 
 # (C, N, H, W, R, S, stride, pad), batch, config(th, tw, tc, threads, nt)
 CASES = [

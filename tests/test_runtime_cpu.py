@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import cli
-from codegen.spec import load_spec
-from runtime import dispatch, images, manifest
-from runtime.errors import RunError
+from snn import cli
+from snn.codegen.spec import load_spec
+from snn.runtime import dispatch, images, manifest
+from snn.runtime.errors import RunError
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = str(ROOT / "network_specs" / "resnet50.yaml")
@@ -251,18 +251,18 @@ def test_infer_without_torch_says_what_to_install(tmp_path, monkeypatch):
 
 
 def test_cpu_modules_do_not_import_torch():
-    code = ("import sys, cli, runtime.manifest, runtime.dispatch, runtime.images, runtime.infer, "
-            "runtime.cuda, runtime.weights, runtime.executor, runtime.kernels; "
+    code = ("import sys, snn.cli, snn.runtime.manifest, snn.runtime.dispatch, snn.runtime.images, "
+            "snn.runtime.infer, snn.runtime.cuda, snn.runtime.weights, snn.runtime.executor, snn.runtime.kernels; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-    help_out = subprocess.run([sys.executable, "cli.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    help_out = subprocess.run([sys.executable, "-m", "snn.cli", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert help_out.returncode == 0
 
 
 def test_cuda_errors_name_the_call():
     from cuda.bindings import driver
-    from runtime.cuda import CudaError, check
+    from snn.runtime.cuda import CudaError, check
     assert check((driver.CUresult.CUDA_SUCCESS, 5), "x") == 5
     assert check((driver.CUresult.CUDA_SUCCESS,), "x") is None
     assert check((driver.CUresult.CUDA_SUCCESS, 1, 2), "x") == (1, 2)

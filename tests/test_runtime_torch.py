@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from codegen.spec import load_spec, parse_spec  # noqa: E402
-from runtime import executor, manifest, weights  # noqa: E402
-from runtime.errors import RunError  # noqa: E402
-from runtime.kernels import CudaBackend  # noqa: E402
+from snn.codegen.spec import load_spec, parse_spec  # noqa: E402
+from snn.runtime import executor, manifest, weights  # noqa: E402
+from snn.runtime.errors import RunError  # noqa: E402
+from snn.runtime.kernels import CudaBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -292,7 +292,7 @@ def test_session_run_batches_pads_and_skips(tiny, tmp_path):
     """Session.run on the CPU: prefetching, a short batch padded to a built bucket, bad files skipped."""
     Image = pytest.importorskip("PIL.Image")
     import numpy as np
-    from runtime import images, infer
+    from snn.runtime import images, infer
     tiny224 = parse_spec(TINY.replace("shape: [3, 20, 20]", "shape: [3, 224, 224]"), "tiny.yaml")
     rng = np.random.default_rng(0)
     for i in range(5):

@@ -1,7 +1,7 @@
 """Spec parsing, validation and shape inference: every user mistake gets one clear line."""
 import pytest
 
-from codegen.spec import SpecError, load_spec, parse_spec
+from snn.codegen.spec import SpecError, load_spec, parse_spec
 
 HEAD = "name: tiny\ninput: {name: image, shape: [3, 32, 32]}\nnodes:\n"
 GOOD_NODES = """\

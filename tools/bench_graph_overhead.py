@@ -28,8 +28,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.cuda import Device, check  # noqa: E402
-from runtime.graph import append_switch, capture_info, new_switch_handle  # noqa: E402
+from snn.runtime.cuda import Device, check  # noqa: E402
+from snn.runtime.graph import append_switch, capture_info, new_switch_handle  # noqa: E402
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
 

@@ -42,11 +42,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from codegen import costmodel as cm  # noqa: E402
-from codegen.config import KernelConfig  # noqa: E402
-from codegen.gpu import load_gpu  # noqa: E402
-from codegen.kernel_rules import weight_ring_depth  # noqa: E402
-from codegen.spec import ConvShape  # noqa: E402
+from snn.codegen import costmodel as cm  # noqa: E402
+from snn.codegen.config import KernelConfig  # noqa: E402
+from snn.codegen.gpu import load_gpu  # noqa: E402
+from snn.codegen.kernel_rules import weight_ring_depth  # noqa: E402
+from snn.codegen.spec import ConvShape  # noqa: E402
 from fit_resources import parse_kernel  # noqa: E402
 
 RES = ROOT / "docs/results"
@@ -302,7 +302,7 @@ def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
 
 
 def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    from codegen import emit
+    from snn.codegen import emit
     one = shape.R * shape.S == 1
     tiles = ((4, 4), (4, 8), (7, 7), (8, 8)) + (((1, 7), (2, 4), (1, 14)) if one else ())
     chans = ((32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)) + (((32, 8), (64, 8)) if one else ())
@@ -329,7 +329,7 @@ def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS
     the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
     build's level sweep) of the current "snn" model and of `previous`'s."""
     import check_kernels as ck
-    from codegen.costmodel import DEFAULT_LEVELS, parse_levels
+    from snn.codegen.costmodel import DEFAULT_LEVELS, parse_levels
     prev = before_model(previous)
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
     if only_1x1:  # the six ResNet-152 1x1 layers of check_kernels --tune1x1

@@ -33,10 +33,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from codegen import costmodel as cm  # noqa: E402
-from codegen import emit, ptxas  # noqa: E402
-from codegen.config import KernelConfig  # noqa: E402
-from codegen.spec import ConvShape, load_spec  # noqa: E402
+from snn.codegen import costmodel as cm  # noqa: E402
+from snn.codegen import emit, ptxas  # noqa: E402
+from snn.codegen.config import KernelConfig  # noqa: E402
+from snn.codegen.spec import ConvShape, load_spec  # noqa: E402
 
 NETS = ("resnet152", "densenet201", "vgg19")
 FLAGS = ["-O3", "-std=c++17", "-Xptxas", "-v"]

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from codegen import emit  # noqa: E402
-from codegen.config import KernelConfig  # noqa: E402
-from codegen.spec import ConvShape  # noqa: E402
+from snn.codegen import emit  # noqa: E402
+from snn.codegen.config import KernelConfig  # noqa: E402
+from snn.codegen.spec import ConvShape  # noqa: E402
 
 
 def S3(c, n, h):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from runtime.calibrate import TUNE_MARGIN, measurement_key  # noqa: E402
+from snn.runtime.calibrate import TUNE_MARGIN, measurement_key  # noqa: E402
 
 
 def members(path: str) -> dict[str, dict]:

@@ -22,13 +22,13 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 torchvision = pytest.importorskip("torchvision")
 
-from codegen.emit import render_selector  # noqa: E402
-from codegen.spec import load_spec  # noqa: E402
-from runtime import dispatch, executor, manifest, weights  # noqa: E402
-from runtime.cuda import Device  # noqa: E402
-from runtime import graph  # noqa: E402
-from runtime.graph import GraphRunner  # noqa: E402
-from runtime.kernels import CudaBackend  # noqa: E402
+from snn.codegen.emit import render_selector  # noqa: E402
+from snn.codegen.spec import load_spec  # noqa: E402
+from snn.runtime import dispatch, executor, manifest, weights  # noqa: E402
+from snn.runtime.cuda import Device  # noqa: E402
+from snn.runtime import graph  # noqa: E402
+from snn.runtime.graph import GraphRunner  # noqa: E402
+from snn.runtime.kernels import CudaBackend  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def exact_fp32():
 
 def _photos(n):
     """Real photographs from $SNN_PHOTOS (real activation statistics), else smooth synthetic images."""
-    from runtime import images
+    from snn.runtime import images
     arrays = []
     folder = os.environ.get("SNN_PHOTOS")
     if folder:

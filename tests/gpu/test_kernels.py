@@ -60,7 +60,7 @@ def test_coo_conversion_matches_reference(driver, tmp_path_factory):
 
 
 def test_epilogue_matches_torch(driver, tmp_path_factory):
-    from codegen import emit
+    from snn.codegen import emit
     name, src = emit.render_epilogue()
     _load(driver, {name: src}, tmp_path_factory)
     rows = ck.check_epilogue(torch, driver, log=lambda *_: None)
@@ -77,7 +77,7 @@ def test_group_split_kernels_match_torch(driver, tmp_path_factory):
 def test_vec_kernels_match_torch_and_their_plain_twin(driver, tmp_path_factory):
     """Thread-contiguous output channels (vec): against float64 (vector atomics where tc < C, ragged N and
     strided shapes included), and bit for bit the plain kernel where one block owns all of C."""
-    from codegen import emit
+    from snn.codegen import emit
     items = ck.check_items(vec=True)
     assert items and all(("float4* dst" in k.source or "float2* dst" in k.source) for k, *_ in items)
     sh = ck.ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1))

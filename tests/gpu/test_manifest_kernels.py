@@ -14,8 +14,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
-from runtime.cuda import Device  # noqa: E402
-from runtime.kernels import CudaBackend  # noqa: E402
+from snn.runtime.cuda import Device  # noqa: E402
+from snn.runtime.kernels import CudaBackend  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))

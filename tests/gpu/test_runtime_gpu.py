@@ -24,11 +24,11 @@ torchvision = pytest.importorskip("torchvision")
 
 from click.testing import CliRunner  # noqa: E402
 
-import cli  # noqa: E402
-from codegen.spec import load_spec  # noqa: E402
-from runtime import dispatch, executor, manifest, weights  # noqa: E402
-from runtime.cuda import Device  # noqa: E402
-from runtime.kernels import CudaBackend  # noqa: E402
+from snn import cli  # noqa: E402
+from snn.codegen.spec import load_spec  # noqa: E402
+from snn.runtime import dispatch, executor, manifest, weights  # noqa: E402
+from snn.runtime.cuda import Device  # noqa: E402
+from snn.runtime.kernels import CudaBackend  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[2]
@@ -243,7 +243,7 @@ def test_infer_cli_end_to_end(resnet50, tmp_path):
     assert all(len(i["top"]) == 5 for i in doc["images"])
     assert doc["summary"]["sparse_layer_runs"] > 0 and doc["summary"]["images"] == 3
     # the same images through torchvision: the same top-5
-    from runtime import images
+    from snn.runtime import images
     x = torch.stack([torch.from_numpy(images.preprocess(folder / p)) for p in ("p0.png", "p1.png", "nested/p2.png")]).cuda()
     with torch.inference_mode():
         ref = torchvision_model(net, sd)(x).topk(5).indices.tolist()
@@ -264,7 +264,7 @@ def _real_photos(n):
     photos copied there), else scikit-image's bundled photos where installed, else _photos."""
     import os
     import numpy as np
-    from runtime import images
+    from snn.runtime import images
     folder = os.environ.get("SNN_PHOTOS")
     if folder:
         paths, _ = images.discover(folder)

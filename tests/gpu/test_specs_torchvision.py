@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from codegen.spec import load_spec
+from snn.codegen.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 NETWORKS = ["resnet50", "resnet101", "resnet152", "densenet121", "densenet169", "densenet201", "vgg16", "vgg19"]
