@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 
 import click
 
@@ -108,7 +109,7 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--levels", default="0.4:0.9:0.05", metavar="START:STOP:STEP",
               help="Sparsity levels to plan (stop included), or a comma list.")
 @click.option("--out", default="generated", type=click.Path(file_okay=False, path_type=str),
-              help="Sources and manifest land in OUT/<network>/<gpu>/.")
+              help="The bundle lands in OUT/<network>/<gpu>/.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel nvcc jobs (make -j); default: the number of CPUs.")
 @click.option("--force", is_flag=True, help="Recompile every kernel, ignoring the cubin cache.")
@@ -119,12 +120,13 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
                    "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
 @user_errors
 def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model, candidates):
-    """Plan, render and compile the sparse kernels of SPEC into the cubin cache ($SNN_CACHE_DIR,
-    default ~/.cache/snn/cubins) and write OUT/<network>/<gpu>/manifest.json.
+    """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle
+    OUT/<network>/<gpu>/ (manifest.json, cubins/, src/, spec.yaml): copy that folder to the GPU machine
+    and it runs there.
 
-    Only cache misses are compiled (nvcc through the Makefile's cubins target, in parallel). The
-    build fails if any kernel has a stack frame or spills. Needs nvcc (set NVCC=/path to choose one),
-    no GPU."""
+    nvcc runs through the Makefile's cubins rule, in parallel, on the misses of the compiler cache
+    ($SNN_CACHE_DIR, default ~/.cache/snn/cubins). The build fails if any kernel has a stack frame or
+    spills. Needs nvcc (set NVCC=/path to choose one), no GPU."""
     from snn.codegen.build import build, default_stages, parse_batches, parse_levels
     batches, lvls = parse_batches(batch), parse_levels(levels)
     net = load_spec(spec)
@@ -253,7 +255,9 @@ def _finish(doc, out, name):
 @_bench_options
 @click.option("--batch", "batch", default=None, metavar="B[,B...]", help="Batch buckets; default: all built.")
 @click.option("--levels", default=None, help="Levels (start:stop:step or a comma list); default: all built.")
-@click.option("--force", is_flag=True, help="Measure again what calibration.json already holds.")
+@click.option("--remeasure", is_flag=True, help="Measure again what the tuning file already holds.")
+@click.option("--tuning", "tuning_path", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Tuning file to write (and resume from); default: tuning.json in the bundle.")
 @click.option("--out", default=None, type=click.Path(file_okay=False, path_type=str),
               help="Also write calibrate_<network>.json, plots and summary.md into this folder.")
 @click.option("--exhaustive", is_flag=True,
@@ -266,22 +270,24 @@ def _finish(doc, out, name):
               help="Where the build made several candidate kernels a level (snn-codegen build --candidates), measure "
                    "them all and keep the fastest; --no-tune keeps the cost model's picks.")
 @_run_errors
-def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, force, out,
-                  exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level, tune):
+def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, levels, remeasure,
+                  tuning_path, out, exhaustive, exhaustive_layers, exhaustive_configs, exhaustive_level, tune):
     """Time cuDNN and the sparse kernel of every conv layer, batch bucket and level on the GPU, and
-    write the measured times and the measured threshold (lowest level from which sparse wins) into
-    the manifest; where a level has candidate kernels, the fastest becomes its kernel. Resumable:
-    progress is kept in calibration.json beside the manifest."""
+    write the measurements to the tuning file (tuning.json in the bundle, or --tuning). The runtime
+    derives from it, at load, each layer's threshold (lowest level from which sparse wins) and, where
+    a level has candidate kernels, the fastest one. The bundle itself is never modified. Resumable:
+    the tuning file is written after every shape."""
     from snn.runtime import bench, calibrate
     res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
                               bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
-                              reps or 30, 5 if warmup is None else warmup, force,
+                              reps or 30, 5 if warmup is None else warmup, remeasure,
                               bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo,
                               exhaustive={"layers": exhaustive_layers, "configs": exhaustive_configs,
-                                          "level": exhaustive_level} if exhaustive else None, tune=tune)
+                                          "level": exhaustive_level} if exhaustive else None, tune=tune,
+                              tuning_path=tuning_path)
     for line in calibrate.format_rows(res):
         click.echo(line)
-    click.echo(f"updated {res['manifest']} (threshold_source: calibrated)")
+    click.echo(f"wrote {res['tuning']} (the bundle {Path(res['manifest']).parent} is unchanged)")
     if out:
         _finish(res, out, f"calibrate_{res['network']}")
 

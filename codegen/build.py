@@ -1,50 +1,35 @@
-"""`snn-codegen build`: plan -> render -> make -> cubins, and the manifest that ties them together.
+"""`snn-codegen build`: plan -> render -> compile -> bundle.
 
-    plan      costmodel.plan_network per batch: layer -> level -> KernelConfig (+ predicted us), and with
+    plan      the planner per batch: layer -> level -> KernelConfig (+ predicted us), and with
               --candidates K up to K - 1 alternatives per level for `snn-run calibrate` to measure
     render    emit.render_sparse once per distinct (shape, batch, config) -- the kernel's name --
-              shared across layers and levels; emit.render_epilogue once
-    sources   generated/<network>/<gpu>/<kernel>.cu, rewritten only when the content changed
-    compile   cache misses only: staged in a folder inside the cache and compiled by the repo
-              Makefile's `cubins` target (make -j N, so nvcc runs in parallel); each kernel's ptxas
-              report is parsed and stored next to its cubin
+              shared across layers and levels; the epilogue and the selector once
+    compile   codegen/compile.py: cache misses only, nvcc in parallel through the Makefile
     check     any stack frame or spill fails the build, naming the kernel (the register tile must
               stay in registers)
-    manifest  generated/<network>/<gpu>/manifest.json (docs/interfaces.md, section cubin)
+    bundle    <out>/<network>/<gpu>/: manifest.json, cubins/, src/, spec.yaml (codegen/bundle.py)
 
-Nothing here imports torch or needs a GPU. The planning and rendering stages are reached through
-`Stages` (see `default_stages`, the one place that imports the cost model and the emitter), so tests
-and other front ends can inject their own.
+Nothing here imports torch or needs a GPU, and nothing here reads what `snn-run calibrate` writes.
+The planning and rendering stages are reached through `Stages` (see `default_stages`, the one place
+that imports the planner and the emitter), so tests and other front ends can inject their own.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
-import shutil
-import subprocess
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import ptxas
-from .cache import CubinCache, atomic_write, cache_key, write_if_changed
+from . import bundle
+from .cache import CubinCache
+from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .errors import UserError
 from .spec import Network
 
-REPO_MAKEFILE = Path(__file__).resolve().parent.parent / "Makefile"
-# Everything nvcc is given besides the arch; part of the cache key. The Makefile rule adds
-# `-cubin -arch=$(ARCH)` and these come in through NVCC_FLAGS.
-NVCC_FLAGS = "-O3 -std=c++17 -Xptxas -v"
-KEY_FLAGS = "-cubin " + NVCC_FLAGS
 DEFAULT_LEVELS = "0.4:0.9:0.05"
 DEFAULT_THRESHOLD = 0.5
 EPILOGUE_FUNCTION = "snn_epilogue"
-NVCC_HELP = ("install the CUDA toolkit (https://developer.nvidia.com/cuda-downloads) and put its bin/ "
-             "on PATH, or set NVCC=/path/to/nvcc")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,143 +85,6 @@ def parse_levels(text: str) -> list[float]:
 
 
 # ---------------------------------------------------------------------------------------------
-# nvcc
-
-@dataclass(frozen=True)
-class Toolchain:
-    nvcc: str                      # absolute path
-    version: str                   # "13.0.88"
-    version_string: str            # nvcc --version, whole: part of the cache key
-    archs: tuple[str, ...] | None  # sm_XX it can compile for (None: this nvcc cannot list them)
-
-
-def find_nvcc() -> str:
-    env = os.environ.get("NVCC")
-    if env:
-        path = shutil.which(env)
-        if not path:
-            raise UserError(f"NVCC={env} is not an executable; {NVCC_HELP}")
-        return os.path.abspath(path)
-    path = shutil.which("nvcc") or next(
-        (p for p in ("/usr/local/cuda/bin/nvcc", "/opt/cuda/bin/nvcc") if os.access(p, os.X_OK)), None)
-    if not path:
-        raise UserError(f"nvcc not found: {NVCC_HELP}")
-    return os.path.abspath(path)
-
-
-def toolchain(nvcc: str, cache: CubinCache) -> Toolchain:
-    """nvcc's version and arches, remembered in the cache per binary (path, size, mtime) so that a
-    build with everything cached runs no subprocess at all."""
-    st = os.stat(nvcc)
-    stamp = {"path": os.path.realpath(nvcc), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    memo = cache.root / f"nvcc-{hashlib.sha256(nvcc.encode()).hexdigest()[:16]}.json"
-    try:
-        d = json.loads(memo.read_text())
-        if d.get("stamp") == stamp:
-            return Toolchain(nvcc, d["version"], d["version_string"], tuple(d["archs"]) if d["archs"] else None)
-    except (FileNotFoundError, ValueError, KeyError):
-        pass
-    try:
-        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=60)
-    except OSError as e:
-        raise UserError(f"cannot run nvcc at {nvcc}: {e.strerror}; {NVCC_HELP}") from None
-    m = re.search(r"\bV(\d+\.\d+\.\d+)", out.stdout)
-    if out.returncode != 0 or not m:
-        raise UserError(f"{nvcc} --version did not report an nvcc version; {NVCC_HELP}")
-    lst = subprocess.run([nvcc, "--list-gpu-arch"], capture_output=True, text=True, timeout=60)
-    archs = None
-    if lst.returncode == 0:
-        archs = tuple(sorted({"sm_" + a.split("_", 1)[1] for a in lst.stdout.split() if a.startswith("compute_")},
-                             key=lambda a: int(re.sub(r"\D", "", a))))
-    tc = Toolchain(nvcc, m.group(1), out.stdout.strip(), archs or None)
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(memo, json.dumps({"stamp": stamp, "version": tc.version, "version_string": tc.version_string,
-                                       "archs": list(tc.archs) if tc.archs else None}))
-    except OSError:
-        pass  # only a speed-up
-    return tc
-
-
-_ARCH = re.compile(r"^sm_(\d+)([af]?)$")
-
-
-def check_arch(arch: str, tc: Toolchain) -> list[int]:
-    """Validate an arch for this nvcc; returns the compute capability, e.g. sm_90 -> [9, 0]."""
-    m = _ARCH.match(arch or "")
-    known = f"nvcc {tc.version} compiles for {', '.join(tc.archs)}" if tc.archs else "expected e.g. sm_90"
-    if not m or (tc.archs and f"sm_{m.group(1)}" not in tc.archs):
-        raise UserError(f"unknown arch {arch!r}: {known}")
-    digits = m.group(1)
-    return [int(digits[:-1]), int(digits[-1])]
-
-
-# ---------------------------------------------------------------------------------------------
-# Compilation of cache misses through the Makefile
-
-@dataclass
-class Unit:
-    """One source to turn into a cubin."""
-    name: str
-    source: str
-    key: str = ""
-    record: dict | None = None  # the cache record once known
-
-
-def _make_cmd(stage: Path, arch: str, tc: Toolchain, jobs: int) -> list[str]:
-    make = shutil.which(os.environ.get("MAKE", "make"))
-    if not make:
-        raise UserError("make not found: install GNU make (e.g. apt-get install make); nvcc runs through the Makefile")
-    if not REPO_MAKEFILE.is_file():
-        raise UserError(f"the cubin rules are in the repository's Makefile, not found at {REPO_MAKEFILE}")
-    return [make, "--no-print-directory", "-k", f"-j{jobs}", "-f", str(REPO_MAKEFILE), "cubins",
-            f"GEN={stage}", f"CUBIN_DIR={stage}", f"ARCH={arch}", f"NVCC={tc.nvcc}", f"NVCC_FLAGS={NVCC_FLAGS}"]
-
-
-def compile_units(units: list[Unit], arch: str, tc: Toolchain, cache: CubinCache, jobs: int,
-                  progress: Callable[[int], Any] | None = None) -> None:
-    """Compile units (all cache misses) in parallel with make; store each cubin and its parsed ptxas
-    report in the cache and set unit.record. Raises UserError naming the first kernel nvcc rejected."""
-    if not units:
-        return
-    try:
-        stage = cache.staging_dir()
-    except OSError as e:
-        raise UserError(f"cannot write to the cubin cache {cache.root}: {e.strerror} (set SNN_CACHE_DIR)") from None
-    try:
-        for u in units:
-            (stage / f"{u.name}.cu").write_text(u.source)
-        cmd = _make_cmd(stage, arch, tc, jobs)
-        with tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            for line in proc.stdout:  # the rule prints "cubin <name>" as each one lands
-                if line.startswith("cubin ") and progress:
-                    progress(1)
-            proc.wait()
-            err.seek(0)
-            make_err = err.read()
-        failed = []
-        for u in units:
-            cubin, report = stage / f"{u.name}.cubin", stage / f"{u.name}.ptxas"
-            text = report.read_text(errors="replace") if report.exists() else ""
-            if not cubin.is_file():
-                failed.append((u, text.strip() or make_err.strip()))
-                continue
-            funcs = ptxas.parse_ptxas(text)
-            u.record = cache.store(u.key, cubin, {
-                "kernel": u.name, "nvcc": tc.version, "arch": arch, "flags": KEY_FLAGS,
-                "functions": {f.name: f.to_dict() for f in funcs.values()}, "ptxas": text})
-        if failed:
-            u, msg = failed[0]
-            lines = msg.splitlines()
-            shown = "\n".join(lines[:30]) + ("\n  ..." if len(lines) > 30 else "")
-            more = f" (and {len(failed) - 1} more kernel(s))" if len(failed) > 1 else ""
-            raise UserError(f"nvcc failed on kernel {u.name}{more}:\n{shown}")
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-# ---------------------------------------------------------------------------------------------
 # The build
 
 @dataclass
@@ -264,7 +112,7 @@ class BuildResult:
                 f"{self.cache_hits} cache hits, {self.compiled} compiled in {self.compile_s:.2f} s; "
                 f"plan+render {self.ms_per_layer:.2f} ms/layer (nvcc excluded; plan "
                 f"{1e3 * self.timings.get('plan_s', 0):.0f} ms, render {1e3 * self.timings.get('render_s', 0):.0f} ms); "
-                f"total {self.total_s:.2f} s\nmanifest: {self.manifest_path}")
+                f"total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
 
 
 def _gpu_name(gpu) -> str:
@@ -277,7 +125,7 @@ def _gpu_name(gpu) -> str:
 def check_runs_on(arch: str, capability: list[int], gpu, gpu_name: str) -> None:
     """A cubin for sm_XY runs on sm_XZ with Z >= Y only (sm_XYa: on exactly X.Y)."""
     own = getattr(gpu, "arch", None)
-    m = _ARCH.match(own or "")
+    m = ARCH_RE.match(own or "")
     if not m:
         return
     d = m.group(1)
@@ -296,19 +144,20 @@ def shape_dict(shape) -> dict:
 def build(net: Network, gpu, batches: list[int], levels: list[float], out: str | Path = "generated",
           jobs: int | None = None, force: bool = False, arch: str | None = None,
           stages: Stages | None = None, cache: CubinCache | None = None,
-          progress_factory=None) -> BuildResult:
-    """Build every cubin that `net` needs on `gpu` and write the manifest.
+          progress_factory=None, spec_text: str | None = None) -> BuildResult:
+    """Build every cubin that `net` needs on `gpu` into the bundle <out>/<network>/<gpu>/.
 
     progress_factory(length) -> context manager with .update(n): a progress bar over compilation
-    (click.progressbar in the CLI); None for silence.
+    (click.progressbar in the CLI); None for silence. spec_text: the spec to ship in the bundle
+    (default: the file the network was read from).
     """
     t_start = time.perf_counter()
     stages = stages or default_stages()
-    cache = cache or CubinCache()
+    compiler = Compiler(cache, jobs)
     arch = arch or getattr(gpu, "arch", None)
     gpu_name = _gpu_name(gpu)
 
-    tc = toolchain(find_nvcc(), cache)
+    tc = compiler.toolchain
     capability = check_arch(arch, tc)
     check_runs_on(arch, capability, gpu, gpu_name)
     out_dir = Path(out) / net.name / gpu_name
@@ -319,6 +168,11 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         probe.unlink()
     except OSError as e:
         raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
+    if spec_text is None:
+        try:
+            spec_text = Path(net.path).read_text()
+        except (OSError, TypeError):
+            spec_text = None  # a network parsed from text: the bundle then needs the spec beside it
 
     # plan + render (timed: the part of the build that is ours, nvcc excluded)
     t0 = time.perf_counter()
@@ -340,127 +194,76 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
     plan_render_s = time.perf_counter() - t0
 
-    # sources: one .cu per kernel, written only when changed; stale ones removed
-    units = {name: Unit(name, k.source) for name, k in emitted.items()}
-    units[epi_name] = Unit(epi_name, epi_source)
+    sources = {name: k.source for name, k in emitted.items()}
+    sources[epi_name] = epi_source
     if sel_name:
-        units[sel_name] = Unit(sel_name, sel_source)
-    written = 0
+        sources[sel_name] = sel_source
     try:
-        for u in units.values():
-            written += write_if_changed(out_dir / f"{u.name}.cu", u.source)
-        for stale in out_dir.glob("*.cu"):
-            if stale.stem not in units:
-                stale.unlink()
+        written = bundle.write_sources(out_dir, sources)
     except OSError as e:
         raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
 
-    # cache lookups, then compile the misses
-    hits = 0
-    for u in units.values():
-        u.key = cache_key(u.source, tc.version_string, KEY_FLAGS, arch)
-        if not force and (rec := cache.lookup(u.key)) is not None:
-            u.record, hits = rec, hits + 1
-    misses = [u for u in units.values() if u.record is None]
-    t1 = time.perf_counter()
-    jobs = jobs or os.cpu_count() or 1
-    if misses and progress_factory is not None:
-        with progress_factory(len(misses)) as bar:
-            compile_units(misses, arch, tc, cache, jobs, bar.update)
-    else:
-        compile_units(misses, arch, tc, cache, jobs)
-    compile_s = time.perf_counter() - t1
+    compiled = compiler.compile(sources, arch, force, progress_factory)
+    records = compiled.records
 
     # the register tile must stay in registers; launches must name functions the cubin has
-    bad = []
-    for u in units.values():
-        funcs = {n: ptxas.FunctionResources.from_dict(d) for n, d in u.record["functions"].items()}
-        if probs := ptxas.problems(funcs):
-            bad.append(f"{u.name} ({'; '.join(probs)})")
+    bad = [f"{name} ({'; '.join(probs)})" for name, rec in records.items() if (probs := problems(rec))]
     if bad:
         raise UserError(f"kernel {bad[0]} has a stack frame or spills: its register tile does not stay in "
                         f"registers" + (f"; also {len(bad) - 1} more: " + ", ".join(b.split(' ')[0] for b in bad[1:])
                                         if len(bad) > 1 else ""))
     for name, k in emitted.items():
-        entries = {n for n, d in units[name].record["functions"].items() if d["entry"]}
+        entries = {n for n, d in records[name]["functions"].items() if d["entry"]}
         for step in k.steps:
             if step.get("op") == "launch" and step["function"] not in entries:
                 raise RuntimeError(f"kernel {name}: a step launches {step['function']!r} but the cubin has "
                                    f"{sorted(entries)}")
-    if EPILOGUE_FUNCTION not in units[epi_name].record["functions"]:
+    if EPILOGUE_FUNCTION not in records[epi_name]["functions"]:
         raise RuntimeError(f"the epilogue source {epi_name} does not define {EPILOGUE_FUNCTION}")
 
-    manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
-                         units, epi_name, stages, out_dir / "manifest.json", sel_name)
-    manifest_path = out_dir / "manifest.json"
     try:
-        write_if_changed(manifest_path, json.dumps(manifest, indent=1) + "\n")
+        placed = bundle.write_cubins(out_dir, records)
+        spec_file = bundle.write_spec(out_dir, spec_text)
+        manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
+                             records, placed, epi_name, stages, spec_file, sel_name)
+        manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
     except OSError as e:
-        raise UserError(f"cannot write {manifest_path}: {e.strerror or e}") from None
-    return BuildResult(manifest_path, manifest, len(net.convs), len(emitted), len(units), hits, len(misses),
-                       written, plan_render_s, compile_s, time.perf_counter() - t_start,
+        raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
+    return BuildResult(manifest_path, manifest, len(net.convs), len(emitted), len(records), compiled.hits,
+                       compiled.compiled, written, plan_render_s, compiled.seconds, time.perf_counter() - t_start,
                        {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
 
 
-def _resources(record: dict) -> dict:
-    funcs = {n: ptxas.FunctionResources.from_dict(d) for n, d in record["functions"].items()}
-    return ptxas.summarize(funcs)
-
-
-def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, units,
-              epi_name, stages, old_path: Path, sel_name: str | None = None) -> dict:
-    try:
-        old = json.loads(old_path.read_text())
-    except (FileNotFoundError, ValueError):
-        old = {}
-    old_kernels = old.get("kernels", {}) if isinstance(old, dict) else {}
-    old_layers = {(lay.get("index"), lay.get("name")): lay for lay in old.get("layers", [])} if old_kernels else {}
-
+def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
+              epi_name, stages, spec_file, sel_name: str | None = None) -> dict:
     kernels = {}
     for name, k in emitted.items():
         shape, b, config = wanted[name]
         regs, smem = stages.estimate_resources(shape, config)
-        kernels[name] = {"cubin": units[name].record["cubin"], "shape": shape_dict(shape), "batch": b,
+        kernels[name] = {**placed[name], "shape": shape_dict(shape), "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,
-                         "weight_layout": k.weight_layout, **_resources(units[name].record),
+                         "weight_layout": k.weight_layout, **resources(records[name]),
                          "estimate": {"registers": int(regs), "smem": int(smem)}}
-
-    def same_kernel(old_name, new_name):
-        """Same name and same cubin (content-addressed): measurements of it still hold."""
-        o = old_kernels.get(old_name)
-        return o is not None and old_name == new_name and o.get("cubin") == kernels[new_name]["cubin"]
 
     layers = []
     first = plans[batches[0]]
     for i, lp in enumerate(first.layers):
         layer = lp.layer
-        prev = old_layers.get((layer.index, layer.name), {}).get("batches", {})
         per_batch = {}
         for b in batches:
             choices = plans[b].layers[i].choices
             assert plans[b].layers[i].layer.index == layer.index  # plans list the same layers per batch
-            pb = prev.get(str(b), {})
             lv = {}
             for level in sorted(choices):
                 cands = [(c.name(layer.shape, b), t) for c, t in choice_candidates(choices[level])]
                 key = f"{level:.2f}"
-                po = pb.get("levels", {}).get(key, {})
-                # a kernel `calibrate` chose among the candidates stays chosen while it is still one of them
-                kname, t = next(((n, t) for n, t in cands if n == po.get("kernel") and same_kernel(n, n)), cands[0])
-                lv[key] = {"kernel": kname, "predicted_us": round(float(t), 3),
-                           "measured_us": po.get("measured_us") if same_kernel(po.get("kernel"), kname) else None}
-                if len(cands) > 1:  # the model's order; `snn-run calibrate` adds each one's measured_us
+                lv[key] = {"kernel": cands[0][0], "predicted_us": round(float(cands[0][1]), 3)}
+                if len(cands) > 1:  # the model's order; `snn-run calibrate` measures them all
                     lv[key]["candidates"] = [{"kernel": n, "predicted_us": round(float(t), 3)} for n, t in cands]
-            unchanged = pb and pb.get("levels", {}).keys() == lv.keys() and all(
-                same_kernel(pb["levels"][key].get("kernel"), e["kernel"]) for key, e in lv.items())
-            per_batch[str(b)] = {
-                "threshold": pb.get("threshold", DEFAULT_THRESHOLD) if unchanged else DEFAULT_THRESHOLD,
-                "threshold_source": pb.get("threshold_source", "default") if unchanged else "default",
-                "levels": lv}
+            per_batch[str(b)] = {"threshold": DEFAULT_THRESHOLD, "threshold_source": "default", "levels": lv}
         layers.append({"index": layer.index, "name": layer.name, "shape": shape_dict(layer.shape),
                        "batches": per_batch})
 
-    epi = units[epi_name].record
     extra = {}
     kw = getattr(stages.plan_network, "keywords", None) or {}
     if kw.get("model"):  # which stage-3 model planned these kernels (snn-codegen build --model)
@@ -468,9 +271,9 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
     if kw.get("candidates", 1) > 1:  # configs per level for calibrate to choose from (--candidates)
         extra["candidates"] = kw["candidates"]
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
-        extra["selector"] = {"cubin": units[sel_name].record["cubin"], "function": sel_name,
-                             **_resources(units[sel_name].record)}
-    return {"network": net.name, "gpu": gpu_name, "arch": arch, "compute_capability": capability,
-            "batches": list(batches), "levels": [round(lv, 2) for lv in levels], "nvcc": tc.version,
-            "epilogue": {"cubin": epi["cubin"], "function": EPILOGUE_FUNCTION, **_resources(epi)},
+        extra["selector"] = {**placed[sel_name], "function": sel_name, **resources(records[sel_name])}
+    return {"format": bundle.FORMAT, "network": net.name, "gpu": gpu_name, "arch": arch,
+            "compute_capability": capability, "batches": list(batches), "levels": [round(lv, 2) for lv in levels],
+            "nvcc": tc.version, "spec": spec_file,
+            "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, **resources(records[epi_name])},
             **extra, "kernels": kernels, "layers": layers}

@@ -9,7 +9,8 @@ commit mark: an entry without it is a miss.
 
     $SNN_CACHE_DIR (default ~/.cache/snn/cubins)/
         ab/abcdef....cubin
-        ab/abcdef....json      {"kernel", "nvcc", "arch", "flags", "functions": {name: resources}}
+        ab/abcdef....json      {"kernel", "nvcc", "arch", "flags", "sha256" (of the cubin),
+                                "functions": {name: resources}, "ptxas"}
         nvcc-<hash>.json       version and supported arches of one nvcc binary (saves a subprocess)
 """
 from __future__ import annotations
@@ -39,6 +40,20 @@ def cache_key(source: str, nvcc_version: str, flags: str, arch: str) -> str:
     return h.hexdigest()
 
 
+def file_sha256(path: str | Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, data: bytes | str) -> None:
     """Write path so that readers see the old file or the whole new one, never a part."""
     path = Path(path)
@@ -46,6 +61,7 @@ def atomic_write(path: Path, data: bytes | str) -> None:
         data = data.encode()
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; a bundle is meant to be shared
         with os.fdopen(fd, "wb") as f:
             f.write(data)
         os.replace(tmp, path)
@@ -79,7 +95,7 @@ class CubinCache:
         return self.root / key[:2] / f"{key}.json"
 
     def lookup(self, key: str) -> dict | None:
-        """The stored record (with "cubin": its absolute path) or None on a miss."""
+        """The stored record (with "cubin": its absolute path, and "sha256") or None on a miss."""
         try:
             record = json.loads(self.record_path(key).read_text())
         except (FileNotFoundError, ValueError):
@@ -88,6 +104,8 @@ class CubinCache:
         if not cubin.is_file():
             return None
         record["cubin"] = str(cubin.resolve())
+        if "sha256" not in record:  # a record written before the checksum was kept
+            record["sha256"] = file_sha256(cubin)
         return record
 
     def store(self, key: str, cubin: Path, record: dict) -> dict:
@@ -98,6 +116,7 @@ class CubinCache:
             os.replace(cubin, target)
         except OSError:  # staging on another file system: copy to a temp name, then rename
             atomic_write(target, Path(cubin).read_bytes())
+        record = {**record, "sha256": file_sha256(target)}
         atomic_write(self.record_path(key), json.dumps(record, indent=1, sort_keys=True))
         return {**record, "cubin": str(target.resolve())}
 

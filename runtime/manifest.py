@@ -1,7 +1,9 @@
-"""The kernel cache as the runtime sees it: find generated/<network>/<gpu>/manifest.json, check it
-fits this spec, this GPU and this batch size, and say exactly how to rebuild it when it does not.
+"""A bundle as the runtime sees it: find generated/<network>/<gpu>/manifest.json, check it fits this
+spec, this GPU and this batch size (every cubin it uses inside the bundle and matching its checksum),
+merge the tuning file in, and say exactly how to rebuild it when it does not fit.
 
-No torch and no GPU here: the caller passes the device's name and compute capability.
+No torch and no GPU here: the caller passes the device's name and compute capability. In memory, the
+cubin paths are made absolute; the files on disk are only read.
 """
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from snn.codegen import bundle as bundle_format
 from snn.codegen.spec import ConvShape, Network
 
+from . import tuning
 from .errors import RunError
 
 MANIFEST = "manifest.json"
@@ -71,6 +75,12 @@ class Cache:
     spec_path: str
     gpu: str
     layers: dict[str, dict] = field(default_factory=dict)  # conv name -> manifest layer
+    tuning_path: Path | None = None   # the tuning file merged in, if any
+    tuning_rows: list = field(default_factory=list)  # per (layer, batch) that the tuning file calibrated
+
+    @property
+    def bundle(self) -> Path:
+        return self.path.parent
 
     @property
     def batches(self) -> list[int]:
@@ -133,8 +143,12 @@ def locate(cache_dir: str | Path, net: Network, spec_path: str, gpu: str, batch:
 
 
 def load(path: str | Path, net: Network, spec_path: str, batch: int,
-         compute_capability: tuple[int, int], gpu: str | None = None) -> Cache:
-    """Read and validate a manifest; any mismatch is a CacheError naming the rebuild command."""
+         compute_capability: tuple[int, int], gpu: str | None = None,
+         tuning_path: str | Path | None | bool = None) -> Cache:
+    """Read and validate a bundle's manifest; any mismatch is a CacheError naming the rebuild command.
+
+    tuning_path: the tuning file to merge in (None: the bundle's tuning.json if there is one; False:
+    none, the bundle as built)."""
     path = Path(path)
     gpu = gpu or path.parent.name
     fix = f"; rebuild with: {build_command(spec_path, gpu, batch)}"
@@ -153,6 +167,8 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
         raise stale(f"not valid JSON ({e}); the build was probably interrupted") from None
     if not isinstance(data, dict):
         raise stale("not a manifest (top level is not a JSON object)")
+    if data.get("format") != bundle_format.FORMAT:
+        raise stale(f"bundle format {data.get('format')!r}, this snn reads format {bundle_format.FORMAT}")
     for key, typ in (("network", str), ("compute_capability", list), ("batches", list),
                      ("epilogue", dict), ("kernels", dict), ("layers", list)):
         if not isinstance(data.get(key), typ):
@@ -191,16 +207,29 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
                 raise stale(f"layer '{name}' batch {b}: threshold {entry['threshold']!r} is not a number")
         layers[name] = layer
 
-    used = {c["kernel"] for layer in layers.values()
-            for c in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()}
-    for k in sorted(used):
-        kern = data["kernels"][k]
+    for k, kern in data["kernels"].items():
         for key in ("cubin", "steps"):
             if key not in kern:
                 raise stale(f"kernel '{k}' has no '{key}'")
-        if not Path(kern["cubin"]).is_file():
-            raise stale(f"cubin of kernel '{k}' is missing ({kern['cubin']})")
-    epi = data["epilogue"].get("cubin")
-    if not epi or not Path(epi).is_file():
-        raise stale(f"the epilogue cubin is missing ({epi})")
-    return Cache(path, data, spec_path, gpu, layers)
+    tpath, rows = None, []
+    if tuning_path is not False:
+        tpath = Path(tuning_path) if tuning_path else path.parent / bundle_format.TUNING
+        if tuning_path and not tpath.is_file():
+            raise CacheError(f"{tpath}: no such tuning file (`snn-run calibrate --tuning {tpath}` writes one)")
+        if tpath.is_file():
+            doc = tuning.read(tpath, data)
+            rows = tuning.apply(data, doc["measurements"], net)
+        else:
+            tpath = None
+    # every cubin this batch size can run, inside the bundle and intact; then absolute paths in memory
+    used = {c["kernel"] for layer in layers.values()
+            for c in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()}
+    used |= {c["kernel"] for layer in layers.values()
+             for lv in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()
+             for c in lv.get("candidates", [])}
+    problems = bundle_format.verify(path.parent, data, used)
+    if problems:
+        raise stale(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))
+    for entry in bundle_format.cubin_entries(data).values():
+        entry["cubin"] = str(path.parent / entry["cubin"])
+    return Cache(path, data, spec_path, gpu, layers, tpath, rows)

@@ -108,7 +108,8 @@ extern "C" __global__ void snn_epilogue(const float* in, const float* scale, con
 @dataclass
 class FakeRenderer:
     calls: list = field(default_factory=list)
-    extra: str = "0.0"            # change it to change every source
+    extra: str = "0.0"            # change it to change every source (or only those in `only`)
+    only: set | None = None
     stacky: set = field(default_factory=set)   # kernel names to render with a stack frame
     broken: set = field(default_factory=set)   # kernel names to render with a syntax error
 
@@ -121,7 +122,8 @@ class FakeRenderer:
         elif name in self.stacky:
             src = STACKY.format(name=name, C=shape.C)
         else:
-            src = KERNEL.format(name=name, C=shape.C, N=shape.N, total=total, extra=self.extra)
+            extra = self.extra if self.only is None or name in self.only else FakeRenderer.extra
+            src = KERNEL.format(name=name, C=shape.C, N=shape.N, total=total, extra=extra)
         steps = [{"op": "memset", "buffer": "output"},
                  {"op": "launch", "function": name, "grid": [(total + 255) // 256, 1, 1], "block": [256, 1, 1],
                   "smem": 0, "args": ["input", "weight", "output"]}]

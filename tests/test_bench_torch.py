@@ -11,7 +11,7 @@ from click.testing import CliRunner  # noqa: E402
 
 from snn import cli  # noqa: E402
 from snn.codegen.spec import load_spec  # noqa: E402
-from snn.runtime import bench, calibrate  # noqa: E402
+from snn.runtime import bench, calibrate, manifest, tuning  # noqa: E402
 
 TINY = """
 name: tinybench
@@ -42,8 +42,10 @@ def setup(tmp_path):
     spec = tmp_path / "tinybench.yaml"
     spec.write_text(TINY)
     net = load_spec(spec)
-    cubin = tmp_path / "k.cubin"
-    cubin.write_bytes(b"\0")
+    bundle = tmp_path / "gen" / "tinybench" / "fake"
+    (bundle / "cubins").mkdir(parents=True)
+    (bundle / "cubins" / "k.cubin").write_bytes(b"\0")
+    cubin = "cubins/k.cubin"  # relative to the bundle, as the build writes it
     kernels, layers = {}, []
     for c in net.convs[1:]:  # the stem reads the image: no kernels, as in real manifests
         entry = {"threshold": 0.5, "threshold_source": "default", "levels": {}}
@@ -55,9 +57,8 @@ def setup(tmp_path):
                                         "smem": 0, "args": ["input", "weight", "output"]}]}
             entry["levels"][f"{l:.2f}"] = {"kernel": name, "predicted_us": 1.0, "measured_us": None}
         layers.append({"index": c.index, "name": c.name, "batches": {"2": entry}})
-    m = tmp_path / "gen" / "tinybench" / "fake" / "manifest.json"
-    m.parent.mkdir(parents=True)
-    m.write_text(json.dumps({"network": "tinybench", "gpu": "fake", "compute_capability": [9, 0], "batches": [2],
+    m = bundle / "manifest.json"
+    m.write_text(json.dumps({"format": 1, "network": "tinybench", "gpu": "fake", "compute_capability": [9, 0], "batches": [2],
                              "levels": list(LEVELS), "epilogue": {"cubin": str(cubin)}, "kernels": kernels,
                              "layers": layers}))
     return spec, m, tmp_path
@@ -101,21 +102,30 @@ def test_bench_e2e_profile_reaches_its_target(setup):
     assert "torchvision" in run2["notes"]  # no torchvision model of that name: said, not hidden
 
 
-def test_calibrate_writes_manifest_and_resumes(setup):
+def tuned(spec, m):
+    """The manifest as the runtime sees it: the bundle with its tuning file merged in."""
+    return manifest.load(m, load_spec(spec), str(spec), 2, (9, 0)).data
+
+
+def test_calibrate_writes_its_tuning_file_never_the_manifest_and_resumes(setup):
     spec, m, tmp = setup
+    before = m.read_bytes()
     args = ["calibrate", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--levels", "0.5,0.9"]
     out = run(args)
-    assert "6 measurement(s) to make" in out
-    data = json.loads(m.read_text())
-    for layer in data["layers"]:
+    assert "6 measurement(s) to make" in out and f"wrote {m.parent / 'tuning.json'}" in out
+    assert m.read_bytes() == before
+    for layer in tuned(spec, m)["layers"]:
         e = layer["batches"]["2"]
         assert e["threshold_source"] == "calibrated"
         assert e["levels"]["0.50"]["measured_us"] > 0 and e["levels"]["0.90"]["dense_us"] > 0
         assert e["levels"]["0.70"]["measured_us"] is None
-    side = json.loads((m.parent / "calibration.json").read_text())
+    side = json.loads((m.parent / "tuning.json").read_text())
     assert len(side["measurements"]) == 6
     assert "0 measurement(s) to make" in run(args)            # resumed: nothing left
-    assert "6 measurement(s) to make" in run(args + ["--force"])
+    assert "6 measurement(s) to make" in run(args + ["--remeasure"])
+    other = tmp / "elsewhere" / "t.json"                      # a tuning file the user names
+    assert "6 measurement(s) to make" in run(args + ["--tuning", str(other)])
+    assert len(json.loads(other.read_text())["measurements"]) == 6 and m.read_bytes() == before
 
 
 def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
@@ -131,23 +141,18 @@ def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
     assert "12 measurement(s) to make" in run(args + ["--out", str(tmp / "res")])
     md = (tmp / "res" / "summary.md").read_text()
     assert "Candidate kernels measured" in md and "levels retuned" in md
-    side = json.loads((m.parent / "calibration.json").read_text())["measurements"]
+    side = json.loads((m.parent / "tuning.json").read_text())["measurements"]
     dense = [k for k, v in side.items() if v["dense_us"] is not None]
-    assert len(side) == 12 and len(dense) == 6 and not any(k.endswith("_alt") for k in dense)
-    data = json.loads(m.read_text())
-    for layer in data["layers"]:
+    assert len(side) == 12 and len(dense) == 6 and not any("_alt|" in k for k in dense)
+    for layer in tuned(spec, m)["layers"]:
         for lk in ("0.50", "0.90"):
             lv = layer["batches"]["2"]["levels"][lk]
             pick, alt = (c["measured_us"] for c in lv["candidates"])
-            faster = alt < pick * (1 - calibrate.TUNE_MARGIN)
+            faster = alt < pick * (1 - tuning.TUNE_MARGIN)
             assert lv["kernel"] == lv["candidates"][int(faster)]["kernel"]
             assert lv["measured_us"] == (alt if faster else pick)
             assert lv["dense_us"] > 0
-    out = run(args + ["--no-tune"])
-    assert "0 measurement(s) to make" in out
-    data = json.loads(m.read_text())
-    assert all(not lay["batches"]["2"]["levels"][lk]["kernel"].endswith("_alt")
-               for lay in data["layers"] for lk in ("0.50", "0.90"))
+    assert "0 measurement(s) to make" in run(args + ["--no-tune"])  # the picks are measured already
 
 
 def test_time_exhaustive_compares_model_with_best(setup):

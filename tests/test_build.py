@@ -12,8 +12,10 @@ from click.testing import CliRunner
 from snn import cli
 from buildfakes import GPU, FakePlanner, FakeRenderer, fake_config, fake_stages
 from snn.codegen import build as buildmod
+from snn.codegen import compile as compilemod
 from snn.codegen.build import build, parse_batches, parse_levels
-from snn.codegen.cache import CubinCache
+from snn.codegen.cache import CubinCache, file_sha256
+from snn.codegen.compile import toolchain
 from snn.codegen.config import KernelConfig
 from snn.codegen.errors import UserError
 from snn.codegen.spec import load_spec
@@ -70,18 +72,23 @@ def test_first_build_writes_sources_cubins_and_manifest(env):
     assert r.kernels == 4 and r.cubins == 5 and r.compiled == 5 and r.cache_hits == 0
     assert sorted(renderer.calls) == sorted(set(renderer.calls))
     d = env.out / "tiny" / "h100"
-    assert sorted(p.name for p in d.glob("*.cu")) == sorted([f"{n}.cu" for n in renderer.calls] + ["snn_epilogue.cu"])
+    assert sorted(p.name for p in (d / "src").glob("*.cu")) == sorted([f"{n}.cu" for n in renderer.calls] +
+                                                                      ["snn_epilogue.cu"])
+    assert sorted(p.stem for p in (d / "cubins").glob("*.cubin")) == sorted(renderer.calls + ["snn_epilogue"])
+    assert (d / "spec.yaml").read_text() == TINY
     assert env.compiles() == 5
 
     m = json.loads((d / "manifest.json").read_text())
     assert m == r.manifest
     assert {k: m[k] for k in ("network", "gpu", "arch", "compute_capability", "batches", "levels", "nvcc")} == {
         "network": "tiny", "gpu": "h100", "arch": "sm_90", "compute_capability": [9, 0], "batches": [1],
-        "levels": [0.5, 0.8], "nvcc": buildmod.toolchain(os.environ["NVCC"], env.cache).version}
-    assert m["epilogue"]["function"] == "snn_epilogue" and Path(m["epilogue"]["cubin"]).is_file()
-    assert Path(m["epilogue"]["cubin"]).is_relative_to(env.cache.root.resolve())
+        "levels": [0.5, 0.8], "nvcc": toolchain(os.environ["NVCC"], env.cache).version}
+    assert m["format"] == 1 and m["spec"] == "spec.yaml"
+    assert m["epilogue"]["function"] == "snn_epilogue" and m["epilogue"]["cubin"] == "cubins/snn_epilogue.cubin"
     for name, k in m["kernels"].items():
-        assert Path(k["cubin"]).is_file() and Path(k["cubin"]).read_bytes()[:4] == b"\x7fELF"
+        assert k["cubin"] == f"cubins/{name}.cubin"  # inside the bundle, relative
+        cubin = d / k["cubin"]
+        assert cubin.read_bytes()[:4] == b"\x7fELF" and file_sha256(cubin) == k["sha256"]
         assert k["registers"] > 0 and k["stack"] == 0 and k["spill_stores"] == 0 and k["spill_loads"] == 0
         assert set(k["functions"]) == {name}
         cfg = KernelConfig.from_dict(k["config"])
@@ -94,7 +101,7 @@ def test_first_build_writes_sources_cubins_and_manifest(env):
     assert set(b["levels"]) == {"0.50", "0.80"}
     assert b["levels"]["0.50"]["kernel"] != b["levels"]["0.80"]["kernel"]
     assert b["threshold"] == 0.5 and b["threshold_source"] == "default"
-    assert b["levels"]["0.80"]["measured_us"] is None and b["levels"]["0.80"]["predicted_us"] > 0
+    assert "measured_us" not in b["levels"]["0.80"] and b["levels"]["0.80"]["predicted_us"] > 0
 
 
 def load_shape(d):
@@ -140,8 +147,9 @@ def test_only_changed_kernels_compile_and_stale_sources_go(env):
     new = set(r.manifest["kernels"])
     assert len(new - old) == 1 and len(old - new) == 1
     assert r.compiled == 1 and r.cache_hits == 4
-    names = {p.stem for p in (env.out / "tiny" / "h100").glob("*.cu")}
-    assert names == new | {"snn_epilogue"}
+    for sub, ext in (("src", "cu"), ("cubins", "cubin")):
+        names = {p.stem for p in (env.out / "tiny" / "h100" / sub).glob(f"*.{ext}")}
+        assert names == new | {"snn_epilogue"}
 
 
 def test_source_change_with_same_name_recompiles(env):
@@ -159,72 +167,28 @@ def test_batches_make_their_own_kernels(env):
     assert r.manifest["kernels"][lay["8"]["levels"]["0.50"]["kernel"]]["batch"] == 8
 
 
-def test_calibration_survives_rebuild_with_same_kernels(env):
-    run_build(env)
-    path = env.out / "tiny" / "h100" / "manifest.json"
-    m = json.loads(path.read_text())
-    for lay in m["layers"]:
-        e = lay["batches"]["1"]
-        e["threshold"], e["threshold_source"] = 0.63, "calibrated"
-        e["levels"]["0.50"]["measured_us"] = 7.5
-    path.write_text(json.dumps(m))
-
-    r = run_build(env)
-    for lay in r.manifest["layers"]:
-        e = lay["batches"]["1"]
-        assert (e["threshold"], e["threshold_source"], e["levels"]["0.50"]["measured_us"]) == (0.63, "calibrated", 7.5)
-
-    # the 16->16 layers get a different 0.5 kernel: their calibration no longer holds, layer a's does
-    def cfg(shape, level):
-        return KernelConfig(1, 8, 4, 32, 1) if level < 0.65 and shape.C == 16 else fake_config(shape, level)
-    r = run_build(env, fake_stages(planner=FakePlanner(config_fn=cfg)))
-    a, b = r.manifest["layers"][0]["batches"]["1"], r.manifest["layers"][1]["batches"]["1"]
-    assert (a["threshold"], a["threshold_source"], a["levels"]["0.50"]["measured_us"]) == (0.63, "calibrated", 7.5)
-    assert (b["threshold"], b["threshold_source"], b["levels"]["0.50"]["measured_us"]) == (0.5, "default", None)
-
-
-def test_candidates_are_built_and_a_measured_choice_survives_rebuilds(env):
+def test_candidates_are_built_in_the_models_order(env):
     alt = KernelConfig(1, 8, 4, 32, 1)
     planner = FakePlanner(alt_fn=lambda shape, level: [alt])
     r = run_build(env, fake_stages(planner=planner))
     assert r.kernels == 6  # the two shapes' two picks (test_build_writes_manifest...) and one alternative each
-    path = env.out / "tiny" / "h100" / "manifest.json"
-    m = json.loads(path.read_text())
-    e = m["layers"][1]["batches"]["1"]
-    lv = e["levels"]["0.80"]
+    m = json.loads((env.out / "tiny" / "h100" / "manifest.json").read_text())
+    lv = m["layers"][1]["batches"]["1"]["levels"]["0.80"]
     shape = env.net.convs[1].shape
     pick, other = fake_config(shape, 0.8).name(shape, 1), alt.name(shape, 1)
     assert lv["kernel"] == pick and [c["kernel"] for c in lv["candidates"]] == [pick, other]
     assert lv["candidates"][1]["predicted_us"] > lv["predicted_us"] == lv["candidates"][0]["predicted_us"]
-    assert other in m["kernels"]
-    # calibrate measured the alternative faster: it stays the level's kernel through a rebuild
-    lv.update(kernel=other, predicted_us=lv["candidates"][1]["predicted_us"], measured_us=3.0)
-    e.update(threshold=0.8, threshold_source="calibrated")
-    path.write_text(json.dumps(m))
-    r = run_build(env, fake_stages(planner=planner))
-    e = r.manifest["layers"][1]["batches"]["1"]
-    assert (e["levels"]["0.80"]["kernel"], e["levels"]["0.80"]["measured_us"]) == (other, 3.0)
-    assert (e["threshold"], e["threshold_source"]) == (0.8, "calibrated")
-    # rebuilt without candidates: the alternative is gone, the model's pick is back and not measured
+    assert other in m["kernels"] and (env.out / "tiny" / "h100" / "cubins" / f"{other}.cubin").is_file()
+    # rebuilt without candidates: the alternative is gone from the manifest and the bundle
     r = run_build(env)
     e = r.manifest["layers"][1]["batches"]["1"]
     assert e["levels"]["0.80"]["kernel"] == pick and "candidates" not in e["levels"]["0.80"]
-    assert (e["levels"]["0.80"]["measured_us"], e["threshold_source"]) == (None, "default")
     assert other not in r.manifest["kernels"]
+    assert not (env.out / "tiny" / "h100" / "cubins" / f"{other}.cubin").exists()
 
 
 def test_default_stages_pass_candidates_to_the_cost_model():
     assert buildmod.default_stages("snn", 3).plan_network.keywords == {"model": "snn", "candidates": 3}
-
-
-def test_calibration_dropped_when_cubin_changes(env):
-    run_build(env)
-    path = env.out / "tiny" / "h100" / "manifest.json"
-    m = json.loads(path.read_text())
-    m["layers"][0]["batches"]["1"].update(threshold=0.7, threshold_source="calibrated")
-    path.write_text(json.dumps(m))
-    r = run_build(env, fake_stages(renderer=FakeRenderer(extra="2.0")))  # same names, new code
-    assert r.manifest["layers"][0]["batches"]["1"]["threshold_source"] == "default"
 
 
 def test_stack_frame_fails_the_build_naming_the_kernel(env):
@@ -257,7 +221,7 @@ def test_nvcc_not_found(env, monkeypatch):
         run_build(env)
     monkeypatch.delenv("NVCC")
     monkeypatch.setenv("PATH", "/nonexistent")
-    monkeypatch.setattr(buildmod.os, "access", lambda p, m: False)  # hide /usr/local/cuda too
+    monkeypatch.setattr(compilemod.os, "access", lambda p, m: False)  # hide /usr/local/cuda too
     with pytest.raises(UserError, match=r"^nvcc not found: install the CUDA toolkit"):
         run_build(env)
 

@@ -112,22 +112,24 @@ def make_cache(tmp_path, net, batches=(1, 8), cc=(9, 0), gpu="h100", layers=None
     """A manifest in the documented format, with (fake) cubin files that exist."""
     d = tmp_path / net.name / gpu
     d.mkdir(parents=True)
-    epi = d / "epilogue.cubin"
+    (d / "cubins").mkdir()
+    epi = d / "cubins" / "epilogue.cubin"
     epi.write_bytes(b"cubin")
     kernels, entries = {}, []
     for c in (layers if layers is not None else net.convs[1:4]):
         name = f"sconv_{c.shape.tag()}"
-        cub = d / f"{name}.cubin"
+        cub = d / "cubins" / f"{name}.cubin"
         cub.write_bytes(b"cubin")
-        kernels[name] = {"cubin": str(cub), "shape": manifest.shape_dict(c.shape), "batch": 1,
+        kernels[name] = {"cubin": str(cub.relative_to(d)), "shape": manifest.shape_dict(c.shape), "batch": 1,
                          "steps": [{"op": "memset", "buffer": "output"}], "workspace": {}, "weight_layout": "CRSN"}
         entries.append({"index": c.index, "name": c.name, "shape": manifest.shape_dict(c.shape),
                         "batches": {str(b): {"threshold": 0.5, "threshold_source": "default",
                                              "levels": {"0.40": {"kernel": name, "predicted_us": 1.0}}}
                                     for b in batches}})
-    doc = {"network": net.name, "gpu": gpu, "arch": f"sm_{cc[0]}{cc[1]}", "compute_capability": list(cc),
+    doc = {"format": 1, "network": net.name, "gpu": gpu, "arch": f"sm_{cc[0]}{cc[1]}", "compute_capability": list(cc),
            "batches": list(batches), "levels": [0.4], "nvcc": "13.0",
-           "epilogue": {"cubin": str(epi), "function": "snn_epilogue"}, "kernels": kernels, "layers": entries}
+           "epilogue": {"cubin": str(epi.relative_to(d)), "function": "snn_epilogue"}, "kernels": kernels,
+           "layers": entries}
     path = d / "manifest.json"
     path.write_text(json.dumps(doc))
     return path, doc
@@ -180,8 +182,10 @@ def test_manifest_locate_auto_picks_the_build_for_this_gpu(tmp_path, net):
     (lambda d: d["layers"][0].update(name="layer9.conv"), "conv 'layer9.conv', which the spec"),
     (lambda d: d["layers"][0]["shape"].update(C=999), "built for another shape (C=999"),
     (lambda d: d["layers"][0]["batches"]["8"]["levels"]["0.40"].update(kernel="gone"), "kernel 'gone' is not in"),
-    (lambda d: [k.update(cubin="/nonexistent/x.cubin") for k in d["kernels"].values()], "cubin of kernel"),
-    (lambda d: d["epilogue"].update(cubin="/nonexistent/e.cubin"), "epilogue cubin is missing"),
+    (lambda d: [k.update(cubin="/nonexistent/x.cubin") for k in d["kernels"].values()], "is not a path inside"),
+    (lambda d: [k.update(cubin="cubins/gone.cubin") for k in d["kernels"].values()], "cubins/gone.cubin is missing"),
+    (lambda d: d["epilogue"].update(cubin="../e.cubin"), "<epilogue>: cubin path '../e.cubin' is not a path inside"),
+    (lambda d: d.pop("format"), "bundle format None, this snn reads format 1"),
 ])
 def test_manifest_stale_is_one_line_with_rebuild_command(tmp_path, net, mutate, needle):
     path, doc = make_cache(tmp_path, net)

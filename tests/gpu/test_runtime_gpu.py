@@ -112,7 +112,7 @@ def build_standin_cache(root: Path, net, batches, threshold=0.5, eligible_only=N
                                         S=shape.S, sh=shape.stride[0], sw=shape.stride[1], ph=shape.padding[0],
                                         pw=shape.padding[1], P=shape.P, Q=shape.Q))
             total = b * shape.P * shape.Q * shape.N
-            kernels[name] = {"cubin": str(d / f"naive_b{b}.cubin"), "shape": manifest.shape_dict(shape), "batch": b,
+            kernels[name] = {"cubin": f"naive_b{b}.cubin", "shape": manifest.shape_dict(shape), "batch": b,
                              "config": {}, "workspace": {"ws_vals": 4096}, "weight_layout": "CRSN",
                              "steps": [{"op": "memset", "buffer": "output"},
                                        {"op": "launch", "function": name, "grid": [(total + 127) // 128, 1, 1],
@@ -127,9 +127,9 @@ def build_standin_cache(root: Path, net, batches, threshold=0.5, eligible_only=N
             str(b): {"threshold": threshold, "threshold_source": "default",
                      "levels": {f"{l:.2f}": {"kernel": f"naive_{c.shape.tag()}_b{b}", "predicted_us": 1.0,
                                              "measured_us": None} for l in LEVELS}} for b in batches}})
-    doc = {"network": net.name, "gpu": "standin", "arch": arch, "compute_capability": list(cc),
+    doc = {"format": 1, "network": net.name, "gpu": "standin", "arch": arch, "compute_capability": list(cc),
            "batches": list(batches), "levels": list(LEVELS), "nvcc": "test",
-           "epilogue": {"cubin": str(d / "epilogue.cubin"), "function": "snn_epilogue"},
+           "epilogue": {"cubin": "epilogue.cubin", "function": "snn_epilogue"},
            "kernels": kernels, "layers": layers}
     (d / "manifest.json").write_text(json.dumps(doc))
     return d / "manifest.json"
