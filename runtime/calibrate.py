@@ -1,6 +1,6 @@
 """`snn-run calibrate`: measure, per conv layer, batch bucket and sparsity level, cuDNN (FP32, TF32
 off, NHWC) against the layer's sparse kernel for that level, on real activations thresholded to the
-level (runtime/bench.py), and write into the manifest:
+level (runtime/measure/inputs.py), and write into the manifest:
 
 - `levels[level]["measured_us"]`: the sparse kernel's median time (its steps: memset if any, launches);
   `levels[level]["dense_us"]`: cuDNN FP32 on the same inputs;
@@ -31,15 +31,17 @@ import numpy as np
 
 from snn.codegen.spec import load_spec
 
-from . import bench, dispatch
+from . import dispatch
 from .errors import RunError
+from .measure import common, inputs, timing
+from .measure.layer import measure_layer
 
 SIDECAR = "calibration.json"
 
 
 def measurement_key(shape_tag: str, batch: int, level: float, kernel: str) -> str:
     """A rebuilt kernel (another config, another name) is measured again; the same one is not."""
-    return f"{shape_tag}|b{batch}|{bench.level_key(level)}|{kernel}"
+    return f"{shape_tag}|b{batch}|{common.level_key(level)}|{kernel}"
 
 
 def read_sidecar(path: Path) -> dict:
@@ -111,7 +113,7 @@ def apply_to_manifest(data: dict, measurements: dict, net, tune: bool = True) ->
                         gains.append(pick / pair[0])
             if not pairs:
                 continue
-            lowest = bench.lowest_winning_level(pairs)
+            lowest = common.lowest_winning_level(pairs)
             static = static_kernel(entry, pairs) if lowest is not None else None
             # a decision that saves less than it costs at its best level is not taken: dense, no decision
             unpaid = lowest is not None and static is None and max(d - s for s, d in pairs.values()) < \
@@ -126,9 +128,9 @@ def apply_to_manifest(data: dict, measurements: dict, net, tune: bool = True) ->
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3),
                                     "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3),
                                     "static": static is not None}
-            rows.append({"layer": layer["name"], "shape": bench.shape_label(shape), "batch": int(b),
+            rows.append({"layer": layer["name"], "shape": common.shape_label(shape), "batch": int(b),
                          "threshold": entry["threshold"], "never": never, "static": static is not None,
-                         "tuned_levels": sum(g > 1 for g in gains), "tuned_gain": bench.geomean(gains)})
+                         "tuned_levels": sum(g > 1 for g in gains), "tuned_gain": common.geomean(gains)})
     return rows
 
 
@@ -151,7 +153,7 @@ def static_kernel(entry: dict, pairs: dict[float, tuple[float, float]]) -> str |
     at_dense = float(np.polyval(np.polyfit(density, sparse, 1), 1.0)) if len(levels) > 1 else float(sparse[0])
     if at_dense > min(d for _, d in pairs.values()) + dispatch.DECISION_COST_US:
         return None
-    return entry["levels"][bench.level_key(levels[0])]["kernel"]
+    return entry["levels"][common.level_key(levels[0])]["kernel"]
 
 
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
@@ -163,7 +165,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     every candidate a level was built with and keep the fastest (else the model's pick only)."""
     from . import manifest
     net = load_spec(spec)
-    env = bench.Env(cpu_dry_run)
+    env = timing.Env(cpu_dry_run)
     torch = env.torch
     first = batches[0] if batches else 1
     mpath = manifest.locate(cache_dir, net, spec, gpu, first, env.name, env.cc)
@@ -180,9 +182,9 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     sidecar_path = Path(mpath).parent / SIDECAR
     side = read_sidecar(sidecar_path)
     meas = side["measurements"]
-    sources = bench.relu_sources(net)
+    sources = inputs.relu_sources(net)
     names = [c.name for c in net.convs if c.name in caches[batches[0]].layers and c.name in sources]
-    groups = bench.distinct_shapes(net, names)
+    groups = common.distinct_shapes(net, names)
 
     todo = []  # (group, batch, level, kernel)
     for g in groups:
@@ -193,7 +195,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
             if not entry:
                 continue
             for lv in levels:
-                choice = entry["levels"].get(bench.level_key(lv))
+                choice = entry["levels"].get(common.level_key(lv))
                 if choice is None:
                     continue
                 for kernel in candidates(choice, tune):
@@ -202,15 +204,15 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     log(f"{net.name}: {len(groups)} distinct shapes x {len(batches)} batch(es) x {len(levels)} level(s); "
         f"{len(todo)} measurement(s) to make, the rest in {sidecar_path}")
     if todo:
-        sd, _ = bench._weights(env, net, weights_arg, seed)
-        pool, pool_info = bench.load_image_pool(net, images_dir, max(batches), seed)
+        sd, _ = inputs.load_weights(env, net, weights_arg, seed)
+        pool, pool_info = inputs.load_image_pool(net, images_dir, max(batches), seed)
         side["images"], side["environment"] = pool_info, env.info()
         need = {g["layers"][0] for g, *_ in todo}
         with torch.inference_mode():
-            _, z_all = bench.forward(net, sd, pool.to(env.device), keep=need)
-        timer = bench.Timer(env, reps, warmup)
+            _, z_all = inputs.forward(net, sd, pool.to(env.device), keep=need)
+        timer = timing.Timer(env, reps, warmup)
         rng = np.random.default_rng(seed)
-        perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
+        perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
         with (bar(len(todo)) if bar else contextlib.nullcontext()) as progress, torch.inference_mode():
             last_rep = None
             timed_dense = set()  # (shape, batch, level): cuDNN is timed with the first candidate measured
@@ -220,10 +222,10 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 shape, z = conv.shape, z_all[rep]
                 weight = sd[f"{conv.param}.weight"].float().contiguous()
                 sets = [z[torch.as_tensor(p[:b].tolist(), device=z.device) % z.shape[0]] for p in perms]
-                xs = [bench.at_level(s, lv) for s in sets]
+                xs = [inputs.at_level(s, lv) for s in sets]
                 dense = (shape.tag(), b, lv) not in timed_dense
                 timed_dense.add((shape.tag(), b, lv))
-                rec = bench.measure_layer(env, timer, env.backend(caches[b]), caches[b], kernel, shape, weight, xs,
+                rec = measure_layer(env, timer, env.backend(caches[b]), caches[b], kernel, shape, weight, xs,
                                           nchw=False, dense=dense)
                 t = {k: v["median_us"] for k, v in rec["times"].items()}
                 meas[measurement_key(shape.tag(), b, lv, kernel)] = {
@@ -233,20 +235,20 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                     "rel_err_vs_cudnn_fp32": rec.get("rel_err_vs_cudnn_fp32"), "layers": g["layers"]}
                 del xs, sets
                 if rep != last_rep:  # progress on disk after every shape: safe to interrupt
-                    bench.write_json(side, sidecar_path)
+                    common.write_json(side, sidecar_path)
                     last_rep = rep
                 if progress:
                     progress.update(1)
-        bench.write_json(side, sidecar_path)
+        common.write_json(side, sidecar_path)
     rows = apply_to_manifest(data, meas, net, tune)
-    bench.write_json(data, mpath)
+    common.write_json(data, mpath)
     exh = None
     if exhaustive:
         plan = build_exhaustive(spec, Path(mpath).parent.name, batches[0], exhaustive["level"], exhaustive["layers"],
                                 exhaustive["configs"])
-        sd, _ = bench._weights(env, net, weights_arg, seed)
+        sd, _ = inputs.load_weights(env, net, weights_arg, seed)
         exh = time_exhaustive(env, net, sd, plan, images_dir, seed, reps, warmup, data["epilogue"], log)
-    return {"schema": bench.SCHEMA, "kind": "calibrate", "spec": spec, "environment": env.info(),
+    return {"schema": common.SCHEMA, "kind": "calibrate", "spec": spec, "environment": env.info(),
             "images": side.get("images"), "timing": {"reps": reps, "warmup": warmup,
                                                      "what": "median us; sparse: the kernel's steps; dense: cuDNN FP32 NHWC"},
             "manifest": str(mpath), "sidecar": str(sidecar_path), "rows": rows, "levels": levels,
@@ -270,8 +272,8 @@ def exhaustive_plan(net, gpu, batch: int, level: float, n_layers: int, n_configs
     layer, the model's choice plus up to n_configs stage-1 survivors: the model's next best ones and
     the rest evenly spread over stage 1 (all of stage 1 is hundreds to thousands of kernels)."""
     from snn.codegen import costmodel
-    sources = bench.relu_sources(net)
-    groups = bench.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
+    sources = inputs.relu_sources(net)
+    groups = common.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
     big = [g for g in groups if g["shape"].R > 1 and tuple(g["shape"].stride) == (1, 1)] \
         or [g for g in groups if g["shape"].R > 1] or groups
     step = max(1, len(big) / max(1, n_layers))
@@ -330,7 +332,7 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
                           "predicted_us": ev.get("predicted_us"), "cubin": rec["cubin"], "steps": k.steps,
                           "workspace": k.workspace, "weight_layout": k.weight_layout,
                           "spills": "; ".join(probs) or None})
-        out.append({"layer": p["layer"], "layers": p["layers"], "label": bench.shape_label(p["shape"]),
+        out.append({"layer": p["layer"], "layers": p["layers"], "label": common.shape_label(p["shape"]),
                     "tag": p["shape"].tag(), "batch": batch, "level": level, "stage1_survivors": p["stage1"],
                     "candidates": cands})
     return out
@@ -348,19 +350,19 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
         def kernel(self, name):
             return self.entries[name]
 
-    pool, _ = bench.load_image_pool(net, images_dir, max(p["batch"] for p in plan), seed)
+    pool, _ = inputs.load_image_pool(net, images_dir, max(p["batch"] for p in plan), seed)
     with torch.inference_mode():
-        _, z_all = bench.forward(net, sd, pool.to(env.device), keep={p["layer"] for p in plan})
-    timer = bench.Timer(env, reps, warmup)
+        _, z_all = inputs.forward(net, sd, pool.to(env.device), keep={p["layer"] for p in plan})
+    timer = timing.Timer(env, reps, warmup)
     rng = np.random.default_rng(seed)
-    perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
+    perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
     from .executor import to_layout
     results = []
     with torch.inference_mode():
         for p in plan:
             conv = next(c for c in net.convs if c.name == p["layer"])
             shape, z, B = conv.shape, z_all[p["layer"]], p["batch"]
-            xs = [bench.at_level(z[torch.as_tensor(q[:B].tolist(), device=z.device) % z.shape[0]], p["level"])
+            xs = [inputs.at_level(z[torch.as_tensor(q[:B].tolist(), device=z.device) % z.shape[0]], p["level"])
                   for q in perms]
             weight = sd[f"{conv.param}.weight"].float().contiguous()
             ref = torch.nn.functional.conv2d(xs[0], weight, None, shape.stride, shape.padding)
@@ -379,7 +381,7 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
                 err = float((torch.linalg.vector_norm((out - ref).double()) / torch.linalg.vector_norm(ref.double())).item())
                 c["rel_err"] = err if np.isfinite(err) else None
                 t = timer([lambda x=x: backend.sparse_conv(c["kernel"], c, x, wk, out, ws, shape) for x in xs])
-                c["measured_us"] = bench.stats(t)["median_us"]
+                c["measured_us"] = common.stats(t)["median_us"]
             ok = [c for c in p["candidates"] if c.get("measured_us") and c.get("rel_err") is not None and c["rel_err"] < 1e-4]
             model = next(c for c in p["candidates"] if c["model_choice"])
             best = min(ok, key=lambda c: c["measured_us"]) if ok else None
