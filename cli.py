@@ -190,7 +190,7 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     sys.exit(code)
 
 
-# -- calibrate and bench (runtime/calibrate.py, runtime/bench.py, runtime/plots.py) ----------------------
+# -- calibrate and bench (runtime/calibrate.py, runtime/measure/) ---------------------------------------
 def _run_errors(fn):
     """RunError / SpecError / UserError -> one line, exit 1."""
     @functools.wraps(fn)
@@ -236,13 +236,14 @@ def _profile_suffix(profile):
 
 def _checkpoint(out, kind, spec, profile=None):
     """Write the document so far after every shape/batch: an interrupted run keeps what it measured."""
-    from snn.runtime.bench import write_json
+    from snn.runtime.measure.common import write_json
     name = f"{kind}_{load_spec(spec).name}{_profile_suffix(profile) if kind == 'e2e' else ''}"
     return lambda doc: write_json(doc, f"{out}/{name}.json")
 
 
 def _finish(doc, out, name):
-    from snn.runtime.bench import report, write_json
+    from snn.runtime.measure.common import write_json
+    from snn.runtime.measure.report import report
     path = write_json(doc, f"{out}/{name}.json")
     click.echo(f"wrote {path}")
     md, pngs, note = report(out)
@@ -277,9 +278,10 @@ def calibrate_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
     derives from it, at load, each layer's threshold (lowest level from which sparse wins) and, where
     a level has candidate kernels, the fastest one. The bundle itself is never modified. Resumable:
     the tuning file is written after every shape."""
-    from snn.runtime import bench, calibrate
-    res = calibrate.calibrate(spec, cache_dir, gpu, bench.parse_batches(batch) if batch else None,
-                              bench.parse_levels(levels) if levels else None, images_dir, weights, seed,
+    from snn.runtime import calibrate
+    from snn.runtime.measure.common import parse_batches, parse_levels
+    res = calibrate.calibrate(spec, cache_dir, gpu, parse_batches(batch) if batch else None,
+                              parse_levels(levels) if levels else None, images_dir, weights, seed,
                               reps or 30, 5 if warmup is None else warmup, remeasure,
                               bar=_bar("calibrate"), cpu_dry_run=cpu_dry_run, log=click.echo,
                               exhaustive={"layers": exhaustive_layers, "configs": exhaustive_configs,
@@ -312,11 +314,12 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
                      out, max_shapes, layers, nchw):
     """Per distinct conv shape: speedup of the sparse path over cuDNN FP32 and TF32 across levels and
     batch sizes, on real activations thresholded to each level (paper Figs. 10-11)."""
-    from snn.runtime import bench
-    doc = bench.bench_layers(spec, cache_dir, gpu, bench.parse_batches(batch), bench.parse_levels(levels),
-                             images_dir, weights, seed, reps or 30, 5 if warmup is None else warmup, nchw,
-                             max_shapes, tuple(layers), bar=_bar("bench layers"), cpu_dry_run=cpu_dry_run,
-                             log=click.echo, checkpoint=_checkpoint(out, "layers", spec))
+    from snn.runtime.measure.common import parse_batches, parse_levels
+    from snn.runtime.measure.layer import bench_layers
+    doc = bench_layers(spec, cache_dir, gpu, parse_batches(batch), parse_levels(levels),
+                       images_dir, weights, seed, reps or 30, 5 if warmup is None else warmup, nchw,
+                       max_shapes, tuple(layers), bar=_bar("bench layers"), cpu_dry_run=cpu_dry_run,
+                       log=click.echo, checkpoint=_checkpoint(out, "layers", spec))
     _finish(doc, out, f"layers_{doc['network']}")
 
 
@@ -337,11 +340,13 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
                   graphs, energy):
     """Whole-network time (and energy) of snn against the dense network on cuDNN (FP32 and TF32; eager
     and CUDA-graph), paper Figs. 12-13."""
-    from snn.runtime import bench
-    doc = bench.bench_e2e(spec, cache_dir, gpu, bench.parse_batches(batch), images_dir, weights, seed,
-                          bench.parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
-                          cpu_dry_run=cpu_dry_run, log=click.echo,
-                          checkpoint=_checkpoint(out, "e2e", spec, bench.parse_profile(profile)))
+    from snn.runtime.measure.common import parse_batches
+    from snn.runtime.measure.e2e import bench_e2e
+    from snn.runtime.measure.profiles import parse_profile
+    doc = bench_e2e(spec, cache_dir, gpu, parse_batches(batch), images_dir, weights, seed,
+                    parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
+                    cpu_dry_run=cpu_dry_run, log=click.echo,
+                    checkpoint=_checkpoint(out, "e2e", spec, parse_profile(profile)))
     suffix = _profile_suffix(doc["sparsity_profile"])
     _finish(doc, out, f"e2e_{doc['network']}{suffix}")
 
@@ -351,7 +356,7 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
 @_run_errors
 def bench_report_cmd(folder):
     """Redraw the plots and summary.md of FOLDER from its JSON results (e.g. after a GPU run without matplotlib)."""
-    from snn.runtime.bench import report
+    from snn.runtime.measure.report import report
     md, pngs, note = report(folder)
     click.echo(f"wrote {md}" + "".join(f"\nwrote {p}" for p in pngs))
     if note:

@@ -21,7 +21,8 @@ import numpy as np
 
 from snn.codegen.spec import load_spec
 
-from . import bench
+from .measure import common, inputs, timing
+from .measure.layer import measure_layer
 from .errors import RunError
 
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
@@ -36,7 +37,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
 
     from . import manifest, tuning
     net = load_spec(spec)
-    env = bench.Env(cpu_dry_run)
+    env = timing.Env(cpu_dry_run)
     torch = env.torch
     first = batches[0] if batches else 1
     mpath = manifest.locate(cache_dir, net, spec, gpu, first, env.name, env.cc)
@@ -55,9 +56,9 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     tpath = Path(tuning_path) if tuning_path else Path(mpath).parent / bundle.TUNING
     side = tuning.read(tpath, data)
     meas = side["measurements"]
-    sources = bench.relu_sources(net)
+    sources = inputs.relu_sources(net)
     names = [c.name for c in net.convs if c.name in caches[batches[0]].layers and c.name in sources]
-    groups = bench.distinct_shapes(net, names)
+    groups = common.distinct_shapes(net, names)
 
     def key(shape, b, lv, kernel):
         return tuning.kernel_key(data, shape.tag(), b, lv, kernel)
@@ -82,15 +83,15 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
         f"{len(todo)} measurement(s) to make, {valid} valid in {tpath}"
         + (f" ({stale} of kernels since rebuilt, ignored)" if stale else ""))
     if todo:
-        sd, _ = bench._weights(env, net, weights_arg, seed)
-        pool, pool_info = bench.load_image_pool(net, images_dir, max(batches), seed)
+        sd, _ = inputs.load_weights(env, net, weights_arg, seed)
+        pool, pool_info = inputs.load_image_pool(net, images_dir, max(batches), seed)
         side["images"], side["environment"] = pool_info, env.info()
         need = {g["layers"][0] for g, *_ in todo}
         with torch.inference_mode():
-            _, z_all = bench.forward(net, sd, pool.to(env.device), keep=need)
-        timer = bench.Timer(env, reps, warmup)
+            _, z_all = inputs.forward(net, sd, pool.to(env.device), keep=need)
+        timer = timing.Timer(env, reps, warmup)
         rng = np.random.default_rng(seed)
-        perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
+        perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
         with (bar(len(todo)) if bar else contextlib.nullcontext()) as progress, torch.inference_mode():
             last_rep = None
             timed_dense = set()  # (shape, batch, level): cuDNN is timed with the first candidate measured
@@ -100,10 +101,10 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 shape, z = conv.shape, z_all[rep]
                 weight = sd[f"{conv.param}.weight"].float().contiguous()
                 sets = [z[torch.as_tensor(p[:b].tolist(), device=z.device) % z.shape[0]] for p in perms]
-                xs = [bench.at_level(s, lv) for s in sets]
+                xs = [inputs.at_level(s, lv) for s in sets]
                 dense = (shape.tag(), b, lv) not in timed_dense
                 timed_dense.add((shape.tag(), b, lv))
-                rec = bench.measure_layer(env, timer, env.backend(caches[b]), caches[b], kernel, shape, weight, xs,
+                rec = measure_layer(env, timer, env.backend(caches[b]), caches[b], kernel, shape, weight, xs,
                                           nchw=False, dense=dense)
                 t = {k: v["median_us"] for k, v in rec["times"].items()}
                 meas[key(shape, b, lv, kernel)] = {
@@ -123,9 +124,9 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     if exhaustive:
         plan = build_exhaustive(spec, Path(mpath).parent.name, batches[0], exhaustive["level"], exhaustive["layers"],
                                 exhaustive["configs"])
-        sd, _ = bench._weights(env, net, weights_arg, seed)
+        sd, _ = inputs.load_weights(env, net, weights_arg, seed)
         exh = time_exhaustive(env, net, sd, plan, images_dir, seed, reps, warmup, data["epilogue"], log)
-    return {"schema": bench.SCHEMA, "kind": "calibrate", "spec": spec, "environment": env.info(),
+    return {"schema": common.SCHEMA, "kind": "calibrate", "spec": spec, "environment": env.info(),
             "images": side.get("images"), "timing": {"reps": reps, "warmup": warmup,
                                                      "what": "median us; sparse: the kernel's steps; dense: cuDNN FP32 NHWC"},
             "manifest": str(mpath), "tuning": str(tpath), "rows": rows, "levels": levels,
@@ -149,8 +150,8 @@ def exhaustive_plan(net, gpu, batch: int, level: float, n_layers: int, n_configs
     layer, the model's choice plus up to n_configs stage-1 survivors: the model's next best ones and
     the rest evenly spread over stage 1 (all of stage 1 is hundreds to thousands of kernels)."""
     from snn.codegen import costmodel
-    sources = bench.relu_sources(net)
-    groups = bench.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
+    sources = inputs.relu_sources(net)
+    groups = common.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
     big = [g for g in groups if g["shape"].R > 1 and tuple(g["shape"].stride) == (1, 1)] \
         or [g for g in groups if g["shape"].R > 1] or groups
     step = max(1, len(big) / max(1, n_layers))
@@ -198,7 +199,7 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
                           "predicted_us": ev.get("predicted_us"), "cubin": rec["cubin"], "steps": k.steps,
                           "workspace": k.workspace, "weight_layout": k.weight_layout,
                           "spills": "; ".join(probs) or None})
-        out.append({"layer": p["layer"], "layers": p["layers"], "label": bench.shape_label(p["shape"]),
+        out.append({"layer": p["layer"], "layers": p["layers"], "label": common.shape_label(p["shape"]),
                     "tag": p["shape"].tag(), "batch": batch, "level": level, "stage1_survivors": p["stage1"],
                     "candidates": cands})
     return out
@@ -216,19 +217,19 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
         def kernel(self, name):
             return self.entries[name]
 
-    pool, _ = bench.load_image_pool(net, images_dir, max(p["batch"] for p in plan), seed)
+    pool, _ = inputs.load_image_pool(net, images_dir, max(p["batch"] for p in plan), seed)
     with torch.inference_mode():
-        _, z_all = bench.forward(net, sd, pool.to(env.device), keep={p["layer"] for p in plan})
-    timer = bench.Timer(env, reps, warmup)
+        _, z_all = inputs.forward(net, sd, pool.to(env.device), keep={p["layer"] for p in plan})
+    timer = timing.Timer(env, reps, warmup)
     rng = np.random.default_rng(seed)
-    perms = [rng.permutation(pool.shape[0]) for _ in range(bench.N_SETS)]
+    perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
     from .executor import to_layout
     results = []
     with torch.inference_mode():
         for p in plan:
             conv = next(c for c in net.convs if c.name == p["layer"])
             shape, z, B = conv.shape, z_all[p["layer"]], p["batch"]
-            xs = [bench.at_level(z[torch.as_tensor(q[:B].tolist(), device=z.device) % z.shape[0]], p["level"])
+            xs = [inputs.at_level(z[torch.as_tensor(q[:B].tolist(), device=z.device) % z.shape[0]], p["level"])
                   for q in perms]
             weight = sd[f"{conv.param}.weight"].float().contiguous()
             ref = torch.nn.functional.conv2d(xs[0], weight, None, shape.stride, shape.padding)
@@ -247,7 +248,7 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
                 err = float((torch.linalg.vector_norm((out - ref).double()) / torch.linalg.vector_norm(ref.double())).item())
                 c["rel_err"] = err if np.isfinite(err) else None
                 t = timer([lambda x=x: backend.sparse_conv(c["kernel"], c, x, wk, out, ws, shape) for x in xs])
-                c["measured_us"] = bench.stats(t)["median_us"]
+                c["measured_us"] = common.stats(t)["median_us"]
             ok = [c for c in p["candidates"] if c.get("measured_us") and c.get("rel_err") is not None and c["rel_err"] < 1e-4]
             model = next(c for c in p["candidates"] if c["model_choice"])
             best = min(ok, key=lambda c: c["measured_us"]) if ok else None

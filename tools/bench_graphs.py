@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from snn.codegen.spec import load_spec  # noqa: E402
 from snn.runtime import executor, images, manifest, weights  # noqa: E402
-from snn.runtime.bench import kernel_sum as _kernel_sum  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.graph import GraphRunner  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
+from snn.runtime.measure.timing import kernel_sum as _kernel_sum  # noqa: E402
 
 
 def timed(fn, iters, warmup=3):

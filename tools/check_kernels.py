@@ -268,9 +268,9 @@ def check_epilogue(torch, drv, log=print):
 # ------------------------------------------------------------------ bench
 
 def time_fn(torch, fn, flush, warmup=5, reps=30):
-    """Median µs of fn() with L2 evicted before each run; runtime.bench.event_times_us keeps the host's launch
-    latency out of the events (before session 7 a flush alone did, and batch-1 times could include it)."""
-    from snn.runtime.bench import event_times_us
+    """Median µs of fn() with L2 evicted before each run; runtime.measure.timing.event_times_us keeps the host's
+    launch latency out of the events (before session 7 a flush alone did, and batch-1 times could include it)."""
+    from snn.runtime.measure.timing import event_times_us
     for _ in range(warmup):
         fn()
     return statistics.median(event_times_us(torch, [fn], flush.zero_, reps, torch.cuda.synchronize)[0])
@@ -847,7 +847,7 @@ def bench(torch, drv, kernels, layers, batches, levels, log=print, reps=30):
 def ceilings(torch, log=print) -> dict:
     """The two measured ceilings of METHOD.md: device-to-device copy (bytes read + written) and an
     FP32 matrix product (TF32 off), median of events over repeated runs."""
-    from snn.runtime.bench import event_median_s, fp32_peak_tflops
+    from snn.runtime.measure.timing import event_median_s, fp32_peak_tflops
     src = torch.empty(1 << 28, device="cuda").uniform_()   # 1 GiB
     dst = torch.empty_like(src)
     t_copy = event_median_s(torch, lambda: dst.copy_(src), reps=20)

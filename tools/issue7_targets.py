@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from snn.runtime.bench import geomean as gm  # noqa: E402
+from snn.runtime.measure.common import geomean as gm  # noqa: E402
 
 THREE = {"resnet152": ["3x3 64->64 @56x56", "3x3 128->128 @28x28", "3x3 256->256 @14x14", "3x3 512->512 @7x7"],
          "densenet201": ["3x3 128->32 @56x56", "3x3 128->32 @28x28", "3x3 128->32 @14x14", "3x3 128->32 @7x7"]}

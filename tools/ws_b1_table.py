@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from snn.runtime.bench import geomean  # noqa: E402
+from snn.runtime.measure.common import geomean  # noqa: E402
 
 
 def load(folder: Path) -> tuple[dict, dict]:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .bench import layer_rows, level_key
+from .common import level_key
+from .summary import layer_rows
 
 
 def available() -> bool:

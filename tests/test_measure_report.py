@@ -1,0 +1,118 @@
+"""measure.summary, measure.plots and measure.report without a GPU or torch: the rows and the summary from small
+fake results, the report of a folder and `snn-run bench report` (plots skipped without matplotlib)."""
+import pytest
+from click.testing import CliRunner
+
+from snn import cli
+from snn.runtime.errors import RunError
+from snn.runtime.measure import common, layer, report, summary
+
+
+def _fake_layers_doc(network="fakenet"):
+    def rec(sparse, d32, t32):
+        return {"kernel": "k", "sparse_us": sparse, "dense_fp32_us": d32, "dense_tf32_us": t32,
+                "speedup_fp32": d32 / sparse, "speedup_tf32": t32 / sparse, "rel_err_vs_cudnn_fp32": 1e-7,
+                "times": {"sparse": {"median_us": sparse}, "dense_fp32_nhwc": {"median_us": d32},
+                          "dense_tf32_nhwc": {"median_us": t32}}}
+    epi = {"epilogue": {"median_us": 2.0}, "epilogue_count": {"median_us": 3.0}}
+    shapes = [
+        {"label": "3x3 64->64 @56x56", "count": 3, "batches": {"1": {"epilogue": epi, "levels": {
+            "0.50": rec(40, 30, 10), "0.90": rec(10, 30, 10)}}}},
+        {"label": "1x1 256->64 @56x56", "count": 1, "batches": {"1": {"epilogue": epi, "levels": {
+            "0.50": rec(10, 20, 5), "0.90": rec(5, 20, 5)}}}},
+    ]
+    return {"schema": 1, "kind": "layers", "network": network, "batches": [1], "levels": [0.5, 0.9],
+            "weights": "random", "images": {"source": "photos", "distinct": 32}, "shapes": shapes,
+            "environment": {"gpu": "Fake GPU", "driver": "1.0", "torch": "x", "cudnn": 1, "git_commit": "abc",
+                            "utc": "now"}}
+
+
+def _fake_e2e_doc():
+    run = {"times_ms": {"snn": {"median_ms": 2.0}, "torchvision_fp32": {"median_ms": 3.0},
+                        "torchvision_tf32": {"median_ms": 1.0}, "torchvision_fp32_graph": {"median_ms": 2.4},
+                        "dense_exec_fp32": {"median_ms": 4.0}},
+           "speedup_snn_over": {"torchvision_fp32": 1.5, "torchvision_tf32": 0.5, "torchvision_fp32_graph": 1.2,
+                                "dense_exec_fp32": 2.0},
+           "energy_ratio_over_snn": {"torchvision_fp32_graph": 1.4, "torchvision_fp32": 1.5},
+           "energy": {"snn": {"mj_per_image": 100.0}, "torchvision_fp32": {"mj_per_image": 150.0},
+                      "torchvision_tf32": None},
+           "layers": [{"path": "sparse"}, {"path": "dense"}], "sparse_layers": 1, "mean_conv_input_sparsity": 0.7}
+    return {"schema": 1, "kind": "e2e", "network": "fakenet", "batches": [1], "runs": {"1": run},
+            "weights": "random", "sparsity_profile": [0.7], "sparsity_profile_note": "biases shifted",
+            "environment": {"gpu": "Fake GPU"}}
+
+
+def test_layer_rows_numbers():
+    rows = summary.layer_rows(_fake_layers_doc())
+    r50 = next(r for r in rows if r["level"] == 0.5)
+    assert r50["geomean_fp32"] == pytest.approx((30 / 40 * 20 / 10) ** 0.5)
+    assert r50["weighted_fp32"] == pytest.approx((3 * 30 + 20) / (3 * 40 + 10))
+    assert r50["geomean_fp32_epilogue_both"] == pytest.approx(((32 / 42) * (22 / 12)) ** 0.5)
+    assert r50["geomean_fp32_epilogue_ours"] == pytest.approx(((30 / 43) * (20 / 13)) ** 0.5)
+    assert r50["wins_fp32"] == 1 and r50["wins_tf32"] == 0
+    lows = summary.lowest_levels(_fake_layers_doc())
+    assert lows[0]["batches"]["1"] == 0.9 and lows[1]["batches"]["1"] == 0.5
+
+
+def test_useful_throughput_and_fixed_cost_rows():
+    # 2 * 1e6 MACs, half of them on zeros, in 1 us: 1 TFLOP/s of useful work
+    assert layer.useful_tflops(10**6, 0.5, 1.0) == pytest.approx(1.0)
+    doc = _fake_layers_doc()
+    assert summary.limit_rows(doc) == []                      # documents from before: no table
+    for s, macs in zip(doc["shapes"], (2e9, 1e9)):
+        for k, r in s["batches"]["1"]["levels"].items():
+            r["useful_tflops"] = layer.useful_tflops(macs, float(k), r["sparse_us"])
+    doc["fp32_peak_tflops"] = 50.0
+    rows = summary.limit_rows(doc)
+    assert [r["top_level"] for r in rows] == ["0.90", "0.90"] and rows[0]["top_level_us"] == 10
+    assert rows[0]["useful_tflops"]["0.50"] == pytest.approx(2 * 2e9 * 0.5 / 40 / 1e6)
+    assert rows[0]["share"]["0.50"] == pytest.approx(50 / 50.0)
+    md = summary.summary_markdown([doc])
+    assert "| 3x3 64->64 @56x56 | 1 | 50.00 (100%) | 40.00 (80%) | 10.0 |" in md
+    assert "measured in the same run (50.0 TFLOP/s" in md
+
+
+def test_summary_headline_and_tables():
+    md = summary.summary_markdown([_fake_layers_doc(), _fake_e2e_doc()])
+    assert "Fake GPU" in md and "abc" in md
+    assert "| 1 | 0.50 | 2 |" in md                      # per batch and level
+    assert "| 3x3 64->64 @56x56 | 3 | 0.90 |" in md     # lowest winning level per shape
+    assert "exhaustive" in md                           # Fig. 8 status is stated, not hidden
+    assert "Sparsity profile [0.7]" in md               # the profile is labelled
+    assert "100.0 / 150.0" in md
+    head = md.split("## Headline")[1].split("##")[0]
+    # e2e against the strongest dense configuration of each precision, not the eager one
+    assert ("| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | 1.20 (torchvision_fp32_graph) | 0.50 (torchvision_tf32) "
+            "| 1.40 | – |") in head
+    assert summary.strongest_dense({"times_ms": {}}) == (None, None)
+
+
+def test_report_writes_summary_and_plots(tmp_path):
+    common.write_json(_fake_layers_doc(), tmp_path / "layers_fakenet.json")
+    common.write_json(_fake_e2e_doc(), tmp_path / "e2e_fakenet.json")
+    (tmp_path / "other.json").write_text('{"not": "ours"}')
+    md, pngs, note = report.report(tmp_path)
+    assert md.read_text().startswith("# snn benchmark summary")
+    from snn.runtime.measure import plots
+    if not plots.available():
+        assert pngs == [] and "matplotlib" in note
+        pytest.skip("matplotlib is not installed: plot rendering not tested")
+    assert note is None
+    names = sorted(p.name for p in pngs)
+    assert names == ["e2e.png", "layers_fakenet.png", "layers_fakenet_mean.png"]
+    for p in pngs:
+        assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size > 5000
+
+
+def test_report_on_an_empty_folder_is_a_user_error(tmp_path):
+    with pytest.raises(RunError, match="no bench or calibrate results"):
+        report.report(tmp_path)
+
+
+def test_cli_report(tmp_path):
+    common.write_json(_fake_layers_doc(), tmp_path / "layers_fakenet.json")
+    r = CliRunner().invoke(cli.run_main, ["bench", "report", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "summary.md").is_file()
+    r = CliRunner().invoke(cli.run_main, ["bench", "report", str(tmp_path / "nope")])
+    assert r.exit_code != 0 and "Traceback" not in r.output
