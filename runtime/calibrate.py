@@ -223,7 +223,7 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
     timer = timing.Timer(env, reps, warmup)
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
-    from .executor import to_layout
+    from .lower import to_layout
     results = []
     with torch.inference_mode():
         for p in plan:

@@ -201,13 +201,9 @@ class Capture:
         sel = self.runner.selector
         dev.function(sel["cubin"], sel["function"])
         for name, t in self.tables.items():
-            op = ex.conv_op(name)
-            if op.attrs["bias"] is not None:
-                ex.backend._const(1.0, ex.convs[name].shape.N)
             for k in t.kernels:
+                ex.prepare_sparse(name, k)  # weight layout, workspace, the bias epilogue's constants
                 kentry = ex.cache.kernel(k)
-                ex._weight_in(name, kentry.get("weight_layout", "NCRS"))
-                ex._workspace(k, kentry)
                 for step in kentry["steps"]:
                     if step.get("op") == "launch":
                         dev.function(kentry["cubin"], step["function"])
@@ -254,12 +250,7 @@ class Capture:
         return out["y"]
 
     def _sparse(self, op, kernel, inp, out):
-        ex = self.ex
-        kentry = ex.cache.kernel(kernel)
-        w = ex._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
-        ex.backend.sparse_conv(kernel, kentry, inp, w, out, ex._workspace(kernel, kentry), ex.convs[op.name].shape)
-        if op.attrs["bias"] is not None:
-            ex.backend.epilogue(out, None, op.attrs["bias"], None, out, None, None, False)
+        self.ex.sparse_conv(op, kernel, inp, out)
 
     def _select(self, i, counters, slot, numel, table, handle):
         sel, dev = self.runner.selector, self.runner.device
@@ -394,7 +385,5 @@ class GraphRunner:
                 self.notes.append(f"{e}: captured dense, without a device-side decision")
             except RunError as e:
                 raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
-            finally:
-                ex._capture = None
         self.captures += 1
         return _Graph(g, static_x, out, cap, list(ex.last_trace))

@@ -30,6 +30,11 @@ class CudaBackend:
             self._consts[key] = self.torch.full((c,), value, dtype=self.torch.float32, device="cuda")
         return self._consts[key]
 
+    def prepare_bias(self, channels: int):
+        """The scale = 1 vector a bias-only epilogue over `channels` channels uses, made now (before a
+        CUDA graph capture, so that the captured epilogue allocates nothing)."""
+        self._const(1.0, channels)
+
     def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
         c = inp.shape[1]
         total = inp.numel()

@@ -31,7 +31,7 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
                   check: bool = True, dense: bool = True) -> dict:
     """Time the sparse kernel and cuDNN (FP32, TF32; NHWC, and NCHW if asked; none if not `dense`) on the
     same input sets."""
-    from ..executor import to_layout
+    from ..lower import to_layout
     torch = env.torch
     F = torch.nn.functional
     cl = torch.channels_last

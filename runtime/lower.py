@@ -1,0 +1,275 @@
+"""Lowering: a spec Network and its state_dict -> a Program, the flat op list the executor runs.
+
+- conv -> batchnorm pairs become one conv with folded weights and bias (folded in float64, stored FP32,
+  channels_last);
+- the ReLU after a conv (or after conv + residual add) becomes one `epilogue` op (the `snn_epilogue`
+  launch) that adds the bias (+ residual), applies the ReLU in place and counts the zeros it wrote;
+- a batchnorm not after a conv (DenseNet's pre-activation norm1/norm/norm5) + ReLU becomes one
+  epilogue with the BN's scale/shift, written to a new tensor (the input lives on in later concats);
+- every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own.
+Each conv whose input comes from a ReLU (possibly through maxpool/concat) is *eligible* for the sparse
+path; each tensor such a conv reads gets a zero-counter slot, counted by the epilogue that writes it or
+by a `count` op right after it; each value is dropped after its last reader.
+
+A Program is data only: ops with their tensors, counter slots, liveness. Running it (dispatch, the
+backend, tracing) is runtime/executor.py's job.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from snn.codegen.spec import Network
+
+from .cuda import import_torch
+from .errors import RunError
+
+
+@dataclass
+class Op:
+    # conv | epilogue | count | relu | add | maxpool | avgpool | adaptive_avgpool | concat | flatten | linear
+    kind: str
+    name: str                 # the spec node whose value this op produces
+    inputs: tuple[str, ...]   # value names read
+    attrs: dict = field(default_factory=dict)
+    # attrs by kind: conv: weight (folded, NCRS, channels_last), bias (None when an epilogue adds it);
+    # epilogue: scale, shift, residual (a value name or None), inplace, relu, slot (if it counts);
+    # count: slot; pools: kernel, stride, padding, ceil_mode / size; linear: weight, bias
+
+
+@dataclass
+class Program:
+    """A spec lowered for the executor: run `ops` in order, reading the spec's input value `input_name`;
+    the result is the value `output`."""
+    input_name: str
+    output: str
+    ops: list[Op]
+    eligible: set[str]             # convs that may run sparse (their input is ReLU-derived, groups == 1)
+    slots: dict[str, int]          # measured value -> its zero-counter index (convs sharing an input share it)
+    free_after: list[list[str]]    # free_after[i]: values no op after ops[i] reads (the output excepted)
+
+    def conv_op(self, conv: str) -> Op:
+        return next(op for op in self.ops if op.kind == "conv" and op.name == conv)
+
+
+def to_layout(w, layout: str):
+    """torch's NCRS weight -> `layout` (a permutation of the letters N, C, R, S), contiguous."""
+    if sorted(layout) != sorted("NCRS"):
+        raise RunError(f"weight layout {layout!r} is not a permutation of N, C, R, S")
+    return w.permute(*["NCRS".index(ch) for ch in layout]).contiguous()
+
+
+def from_layout(w, layout: str):
+    return w.permute(*[layout.index(ch) for ch in "NCRS"])
+
+
+def bn_scale_shift(sd: dict, param: str, eps: float):
+    torch = import_torch()
+    scale = sd[f"{param}.weight"] / torch.sqrt(sd[f"{param}.running_var"] + eps)
+    shift = sd[f"{param}.bias"] - sd[f"{param}.running_mean"] * scale
+    return scale, shift
+
+
+def lower(net: Network, sd: dict, device="cpu") -> Program:
+    """The Program for `net` with the tensors of `sd` ({param name: tensor}, as weights.load returns
+    it), folded and placed on `device`."""
+    torch = import_torch()
+    dev = torch.device(device)
+    g = _Graph(net)
+    folded, alias = _bn_folds(g)
+    weight, bias = _conv_weights(g, sd, folded, dev)
+    ops, fused_bias = _fuse(g, sd, alias, bias, dev)
+    for op in ops:
+        if op.kind == "conv":
+            op.attrs["bias"] = None if op.name in fused_bias else bias[op.name]
+            op.attrs["weight"] = weight[op.name]
+    eligible = _eligible(ops, g.nodes)
+    ops, slots = _counters(ops, eligible)
+    return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
+
+
+class _Graph:
+    """The spec's nodes by name and each value's readers (the network output read by "<output>")."""
+
+    def __init__(self, net: Network):
+        self.net = net
+        self.nodes = {n.name: n for n in net.nodes}
+        self.users: dict[str, list[str]] = {n.name: [] for n in net.nodes}
+        self.users[net.input_name] = []
+        for n in net.nodes:
+            for i in n.inputs:
+                self.users[i].append(n.name)
+        self.users[net.output].append("<output>")
+
+    def only_user(self, name: str, of: str) -> bool:
+        return self.users[name] == [of]
+
+    def op_of(self, name: str) -> str | None:
+        n = self.nodes.get(name)
+        return None if n is None else n.op
+
+    def read_by_one(self, name: str, op: str) -> bool:
+        """`name` has a single reader and it is a node of kind `op`."""
+        u = self.users[name]
+        return len(u) == 1 and self.op_of(u[0]) == op
+
+
+def _bn_folds(g: _Graph) -> tuple[dict[str, str], dict[str, str]]:
+    """(conv -> its bn, bn -> its conv) for each batchnorm that is its conv's only reader: the bn's value
+    is then the conv's, bias included."""
+    folded: dict[str, str] = {}
+    alias: dict[str, str] = {}
+    for n in g.net.nodes:
+        if n.op == "batchnorm" and g.op_of(n.inputs[0]) == "conv" and g.only_user(n.inputs[0], n.name):
+            folded[n.inputs[0]], alias[n.name] = n.name, n.inputs[0]
+    return folded, alias
+
+
+def _conv_weights(g: _Graph, sd: dict, folded: dict[str, str], dev):
+    """Each conv's weight (FP32, channels_last, on dev) and bias (None if it has none), BN folded in float64.
+    A bias-free conv is folded with float64 zeros on the CPU, whatever the state_dict's device."""
+    torch = import_torch()
+    weight, bias = {}, {}
+    for c in g.net.convs:
+        node = g.nodes[c.name]
+        w = sd[f"{c.param}.weight"].double()
+        b = sd[f"{c.param}.bias"].double() if node["bias"] else torch.zeros(node["out_channels"], dtype=torch.float64)
+        if c.name in folded:
+            bn = g.nodes[folded[c.name]]
+            sd64 = {k: sd[f"{bn.param}.{k}"].double() for k in ("weight", "bias", "running_mean", "running_var")}
+            scale, shift = bn_scale_shift({f"p.{k}": v for k, v in sd64.items()}, "p", bn["eps"])
+            w = w * scale.view(-1, 1, 1, 1)
+            b = b * scale + shift
+        has_bias = bool(node["bias"]) or c.name in folded
+        weight[c.name] = w.float().to(dev).contiguous(memory_format=torch.channels_last)
+        bias[c.name] = b.float().to(dev) if has_bias else None
+    return weight, bias
+
+
+def _fuse(g: _Graph, sd: dict, alias: dict[str, str], bias: dict, dev) -> tuple[list[Op], set[str]]:
+    """The op list in spec order, with the ReLU fusions; and the convs whose bias an epilogue adds."""
+    net, nodes, only_user = g.net, g.nodes, g.only_user
+
+    def value_of(v):
+        """A folded bn's value is its conv's."""
+        return alias.get(v, v)
+
+    def conv_chain(v):
+        """The conv whose value v is (v itself or its folded bn), if v has no other use."""
+        c = alias.get(v, v)
+        if g.op_of(c) != "conv":
+            return None
+        if c != v and not only_user(c, v):
+            return None
+        return c
+
+    def bn_epilogue(name, bn, relu):
+        s, t = bn_scale_shift(sd, bn.param, bn["eps"])
+        return Op("epilogue", name, (value_of(bn.inputs[0]),),
+                  {"scale": s.float().to(dev), "shift": t.float().to(dev), "residual": None, "inplace": False,
+                   "relu": relu})
+
+    def relu_epilogue(name, src, shift=None, residual=None, inputs=None, inplace=True):
+        return Op("epilogue", name, inputs or (src,),
+                  {"scale": None, "shift": shift, "residual": residual, "inplace": inplace, "relu": True})
+
+    ops: list[Op] = []
+    fused_bias: set[str] = set()
+    for n in net.nodes:
+        if n.op == "conv":
+            ops.append(Op("conv", n.name, (value_of(n.inputs[0]),)))
+        elif n.op == "batchnorm":
+            if n.name in alias or g.read_by_one(n.name, "relu"):
+                continue  # folded into its conv, or fused into its relu below
+            ops.append(bn_epilogue(n.name, n, relu=False))
+        elif n.op == "relu":
+            src = n.inputs[0]
+            srcn = nodes.get(src)
+            c = conv_chain(src) if only_user(src, n.name) else None
+            if c is not None:                                   # conv (+bn) -> relu
+                fused_bias.add(c)
+                ops.append(relu_epilogue(n.name, c, shift=bias[c]))
+            elif srcn is not None and srcn.op == "add" and len(srcn.inputs) == 2 and only_user(src, n.name):
+                main = None
+                for j, v in enumerate(srcn.inputs):
+                    cj = conv_chain(v) if only_user(v, src) else None
+                    if cj is not None:
+                        main, other = cj, value_of(srcn.inputs[1 - j])
+                        break
+                if main is not None:                            # conv (+bn) + residual -> relu
+                    fused_bias.add(main)
+                    ops.append(relu_epilogue(n.name, main, shift=bias[main], residual=other, inputs=(main, other)))
+                else:
+                    ops.append(Op("add", src, tuple(value_of(v) for v in srcn.inputs)))
+                    ops.append(relu_epilogue(n.name, src))
+            elif srcn is not None and srcn.op == "batchnorm" and src not in alias and only_user(src, n.name):
+                ops.append(bn_epilogue(n.name, srcn, relu=True))  # pre-activation bn -> relu
+            elif srcn is not None and srcn.op in ("conv", "batchnorm", "add") or src == net.input_name:
+                ops.append(relu_epilogue(n.name, value_of(src), inplace=False))
+            else:
+                ops.append(Op("relu", n.name, (value_of(src),)))
+        elif n.op == "add":
+            if g.read_by_one(n.name, "relu") and len(n.inputs) == 2 \
+                    and any(conv_chain(v) is not None and only_user(v, n.name) for v in n.inputs):
+                continue  # fused into its relu
+            ops.append(Op("add", n.name, tuple(value_of(v) for v in n.inputs)))
+        elif n.op in ("maxpool", "avgpool"):
+            ops.append(Op(n.op, n.name, (value_of(n.inputs[0]),),
+                          {k: n[k] for k in ("kernel", "stride", "padding", "ceil_mode")}))
+        elif n.op == "adaptive_avgpool":
+            ops.append(Op("adaptive_avgpool", n.name, (value_of(n.inputs[0]),), {"size": n["output_size"]}))
+        elif n.op == "global_avgpool":
+            ops.append(Op("adaptive_avgpool", n.name, (value_of(n.inputs[0]),), {"size": (1, 1)}))
+        elif n.op == "concat":
+            ops.append(Op("concat", n.name, tuple(value_of(v) for v in n.inputs)))
+        elif n.op == "flatten":
+            ops.append(Op("flatten", n.name, (value_of(n.inputs[0]),)))
+        elif n.op == "linear":
+            w = sd[f"{n.param}.weight"].float().to(dev)
+            b = sd[f"{n.param}.bias"].float().to(dev) if n["bias"] else None
+            ops.append(Op("linear", n.name, (value_of(n.inputs[0]),), {"weight": w, "bias": b}))
+        else:  # pragma: no cover - spec.OPS and this list must agree
+            raise RunError(f"{net.path}: node '{n.name}': op '{n.op}' is not supported by the runtime")
+    return ops, fused_bias
+
+
+def _eligible(ops: list[Op], nodes: dict) -> set[str]:
+    """Convs whose input is a ReLU output (possibly through maxpool/concat) and that are not grouped."""
+    relu_derived: set[str] = set()
+    for op in ops:
+        if ((op.kind == "epilogue" and op.attrs["relu"]) or op.kind == "relu"
+                or (op.kind == "maxpool" and op.inputs[0] in relu_derived)
+                or (op.kind == "concat" and all(v in relu_derived for v in op.inputs))):
+            relu_derived.add(op.name)
+    return {op.name for op in ops if op.kind == "conv" and op.inputs[0] in relu_derived
+            and nodes[op.name]["groups"] == 1}
+
+
+def _counters(ops: list[Op], eligible: set[str]) -> tuple[list[Op], dict[str, int]]:
+    """One zero counter per measured tensor: the epilogue that writes it counts; other ReLU-derived
+    inputs (after maxpool/concat) get a `count` op right after they are produced."""
+    slots: dict[str, int] = {}
+    for op in ops:
+        if op.kind == "conv" and op.name in eligible and op.inputs[0] not in slots:
+            slots[op.inputs[0]] = len(slots)
+    final: list[Op] = []
+    for op in ops:
+        final.append(op)
+        if op.name in slots:
+            if op.kind == "epilogue":
+                op.attrs["slot"] = slots[op.name]
+            else:
+                final.append(Op("count", op.name, (op.name,), {"slot": slots[op.name]}))
+    return final, slots
+
+
+def _liveness(ops: list[Op], output: str) -> list[list[str]]:
+    """Free each value after its last reader."""
+    last: dict[str, int] = {}
+    for i, op in enumerate(ops):
+        for v in op.inputs:
+            last[v] = i
+    free_after: list[list[str]] = [[] for _ in ops]
+    for v, i in last.items():
+        if v != output:
+            free_after[i].append(v)
+    return free_after

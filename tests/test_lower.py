@@ -1,0 +1,82 @@
+"""runtime/lower.py on the CPU: the spec -> Program lowering (BN folding, ReLU fusion into epilogues,
+eligibility, zero-counter slots, liveness) and the weight layouts. Skips without torch."""
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from snn.codegen.spec import parse_spec  # noqa: E402
+from snn.runtime import executor, lower, weights  # noqa: E402
+from snn.runtime.errors import RunError  # noqa: E402
+from test_runtime_torch import TINY, rel_err  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return parse_spec(TINY, "tiny.yaml")
+
+
+def test_tiny_lowers_every_fusion_pattern(tiny):
+    prog = lower.lower(tiny, weights.random_init(tiny, seed=1), "cpu")
+    ops = {(op.kind, op.name): op for op in prog.ops}
+    # conv1 reads the image: never eligible; every conv after a relu (through maxpool/concat) is
+    assert prog.eligible == {c.name for c in tiny.convs} - {"conv1"}
+    kinds = [op.kind for op in prog.ops]
+    assert "relu" in kinds                       # fc1.relu: plain torch
+    assert "batchnorm" not in kinds and "bn" not in kinds
+    # pool1 (maxpool of a relu) and cat (read by e.conv) get a counting pass
+    assert [op.name for op in prog.ops if op.kind == "count"] == ["pool1", "cat"]
+    assert sum(1 for op in prog.ops if op.kind == "epilogue" and op.attrs.get("residual")) == 1
+    # conv -> bn -> relu: the conv without bias, the folded bias in the in-place epilogue, which counts
+    relu1 = ops[("epilogue", "relu1")]
+    assert ops[("conv", "conv1")].attrs["bias"] is None and relu1.inputs == ("conv1",)
+    assert relu1.attrs["inplace"] and relu1.attrs["relu"] and relu1.attrs["shift"] is not None
+    # the residual block: b.conv2's folded bias in the epilogue, b.down's added by its conv
+    add = ops[("epilogue", "b.relu2")]
+    assert add.inputs == ("b.conv2", "b.down") and add.attrs["residual"] == "b.down"
+    assert ops[("conv", "b.conv2")].attrs["bias"] is None and ops[("conv", "b.down")].attrs["bias"] is not None
+    # pre-activation bn -> relu on a concat: a new tensor (the concat lives on), with the bn's scale
+    pre = ops[("epilogue", "d.relu")]
+    assert pre.inputs == ("cat",) and not pre.attrs["inplace"] and pre.attrs["scale"] is not None
+    # convs sharing an input share its counter; every slot is counted exactly once
+    assert prog.slots["pool1"] == prog.slots[ops[("conv", "b.down")].inputs[0]]
+    counted = [op.attrs["slot"] for op in prog.ops if op.kind in ("count", "epilogue") and "slot" in op.attrs]
+    assert sorted(counted) == sorted(prog.slots.values()) == list(range(len(prog.slots)))
+    assert prog.conv_op("e.conv").inputs == ("cat",)
+
+
+def test_folded_conv_equals_conv_then_batchnorm(tiny):
+    sd = weights.random_init(tiny, seed=2)
+    prog = lower.lower(tiny, sd, "cpu")
+    x = torch.randn(2, 3, 20, 20, dtype=torch.float64)
+    env = executor.reference(tiny, sd, x, keep_all=True)
+    conv = prog.conv_op("conv1")
+    shift = next(op for op in prog.ops if op.name == "relu1").attrs["shift"]
+    y = torch.nn.functional.conv2d(x, conv.attrs["weight"].double(), shift.double(), 1, 1)
+    assert rel_err(y, env["bn1"]) < 1e-6
+    assert conv.attrs["weight"].dtype == torch.float32
+    assert conv.attrs["weight"].is_contiguous(memory_format=torch.channels_last)
+
+
+def test_values_are_freed_after_their_last_reader(tiny):
+    prog = lower.lower(tiny, weights.random_init(tiny, seed=3), "cpu")
+    live = {prog.input_name}
+    freed = set()
+    for op, free in zip(prog.ops, prog.free_after):
+        assert all(v in live for v in op.inputs), op.name     # nothing read after it was freed
+        live.add(op.name)
+        for v in free:
+            live.discard(v)
+            freed.add(v)
+    assert prog.output in live and prog.output not in freed
+    assert live == {prog.output}                              # everything else was freed
+
+
+def test_layout_round_trip():
+    w = torch.randn(4, 3, 2, 5)
+    for layout in ("NCRS", "CRSN", "RSCN", "NRSC"):
+        v = lower.to_layout(w, layout)
+        assert v.is_contiguous()
+        assert v.shape == tuple(w.shape["NCRS".index(ch)] for ch in layout)
+        assert torch.equal(lower.from_layout(v, layout), w)
+    with pytest.raises(RunError, match="not a permutation"):
+        lower.to_layout(w, "NCHW")
