@@ -4,7 +4,7 @@ The repository root is the `snn` package: `snn.codegen` (offline: spec -> plan -
 bundle), `snn.runtime` (online: bundle -> engine), `snn.cli` (the `snn-codegen` and `snn-run` commands).
 
     import snn
-    snn.build("resnet50", gpu="h100", batches=[1, 8], out="generated")      # no GPU needed
+    snn.build("network_specs/resnet50.yaml", gpu="h100", batch=[1, 8])   # no GPU needed
     engine = snn.load("generated/resnet50/h100", weights="resnet50.pth", batch=8)
     logits = engine(x)                  # x: a CUDA float32 tensor, N x 3 x 224 x 224
 
@@ -15,13 +15,14 @@ from __future__ import annotations
 __all__ = ["build", "load"]
 
 
-def build(*args, **kwargs):
-    """Plan, render and compile a network's kernels into a relocatable bundle (snn.codegen.api.build)."""
-    from .codegen.api import build as _build
-    return _build(*args, **kwargs)
+def build(spec, gpu="h100", batch=1, levels="0.4:0.9:0.05", out="generated", **kwargs):
+    """Plan, render and compile a spec's kernels into the bundle <out>/<network>/<gpu>/ (no GPU needed).
+    Returns a BuildResult (.manifest_path, .summary()). See snn.codegen.build.build_spec."""
+    from .codegen.build import build_spec
+    return build_spec(spec, gpu, batch, levels, out, **kwargs)
 
 
-def load(*args, **kwargs):
-    """Load a bundle onto the current CUDA device as a callable engine (snn.runtime.api.load)."""
-    from .runtime.api import load as _load
-    return _load(*args, **kwargs)
+def load(bundle, weights=None, batch=None, **kwargs):
+    """A bundle on the current CUDA device as a callable: engine(x) -> logits. See snn.runtime.engine.Engine."""
+    from .runtime.engine import Engine
+    return Engine(bundle, weights, batch, **kwargs)

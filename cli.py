@@ -112,14 +112,14 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
               help="The bundle lands in OUT/<network>/<gpu>/.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
               help="Parallel nvcc jobs (make -j); default: the number of CPUs.")
-@click.option("--force", is_flag=True, help="Recompile every kernel, ignoring the cubin cache.")
+@click.option("--rebuild", is_flag=True, help="Recompile every kernel, ignoring the compiler cache.")
 @click.option("--model", type=click.Choice(["snn", "pipes", "paper"]), default="snn",
               help="Stage-3 cost model that picks the configs (docs/costmodel.md); recorded in the manifest.")
 @click.option("--candidates", type=click.IntRange(min=1, max=8), default=1,
               help="Kernels per layer and level: the model's pick and its next best configs (one of each other "
                    "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model, candidates):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates):
     """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle
     OUT/<network>/<gpu>/ (manifest.json, cubins/, src/, spec.yaml): copy that folder to the GPU machine
     and it runs there.
@@ -127,19 +127,12 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, force, model, candidate
     nvcc runs through the Makefile's cubins rule, in parallel, on the misses of the compiler cache
     ($SNN_CACHE_DIR, default ~/.cache/snn/cubins). The build fails if any kernel has a stack frame or
     spills. Needs nvcc (set NVCC=/path to choose one), no GPU."""
-    from snn.codegen.build import build, default_stages, parse_batches, parse_levels
-    batches, lvls = parse_batches(batch), parse_levels(levels)
-    net = load_spec(spec)
-    stages = default_stages(model, candidates)
-    try:
-        target = stages.load_gpu(gpu)
-    except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
-        raise UserError(f"--gpu {gpu}: {e}") from None
+    from snn.codegen.build import build_spec
 
     def bar(n):
         return click.progressbar(length=n, label=f"nvcc: {n} kernel(s)", show_pos=True)
-    result = build(net, target, batches, lvls, out=out, jobs=jobs, force=force, arch=arch, stages=stages,
-                   progress_factory=bar)
+    result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
+                        candidates=candidates, progress_factory=bar)
     click.echo(result.summary())
 
 

@@ -277,3 +277,21 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             "nvcc": tc.version, "spec": spec_file,
             "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, **resources(records[epi_name])},
             **extra, "kernels": kernels, "layers": layers}
+
+
+def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int] = 1,
+               levels: str | list[float] = DEFAULT_LEVELS, out: str | Path = "generated", *, jobs: int | None = None,
+               rebuild: bool = False, arch: str | None = None, model: str = "snn", candidates: int = 1,
+               progress_factory=None) -> BuildResult:
+    """`snn.build` and `snn-codegen build`: a spec file and option values to a bundle in <out>/<network>/<gpu>/."""
+    from .spec import load_spec
+    batches = parse_batches(",".join(map(str, batch)) if isinstance(batch, (list, tuple)) else str(batch))
+    lvls = sorted(set(levels)) if isinstance(levels, (list, tuple)) else parse_levels(levels)
+    net = load_spec(spec)
+    stages = default_stages(model, candidates)
+    try:
+        target = stages.load_gpu(gpu)
+    except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
+        raise UserError(f"--gpu {gpu}: {e}") from None
+    return build(net, target, batches, lvls, out=out, jobs=jobs, force=rebuild, arch=arch, stages=stages,
+                 progress_factory=progress_factory)

@@ -89,32 +89,22 @@ def _load_batch(pool, paths):
 
 
 class Session:
-    """Everything set up once: device, cache, weights, executor."""
+    """An Engine (runtime/engine.py) for the bundle of this spec and GPU, and a folder to classify."""
 
     def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int, weights_arg: str | None,
-                 force: str, trace: bool, seed: int = 0, graph: bool = True):
-        from . import manifest, weights
+                 force: str, trace: bool, seed: int = 0, graph: bool = True, tuning: str | None = None):
+        from . import manifest
         from .cuda import Device
-        from .executor import Executor
-        from .kernels import CudaBackend
+        from .engine import Engine
         if batch < 1:
             raise RunError(f"--batch must be at least 1, got {batch}")
-        self.net = load_spec(spec)
-        self.device = Device()
-        path = manifest.locate(cache_dir, self.net, spec, gpu, batch, self.device.name,
-                               self.device.compute_capability)
-        self.cache = manifest.load(path, self.net, spec, batch, self.device.compute_capability)
-        sd, self.class_names, self.warning = weights.load(self.net, weights_arg, seed, device="cuda")
-        self.batch, self.force = batch, force
-        self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
-                                 "cuda", force, trace)
-        self.graph = None
-        if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)
-            from .graph import GraphRunner, GraphUnavailable
-            try:
-                self.graph = GraphRunner(self.executor, self.device)
-            except GraphUnavailable as e:  # an older cache or torch still runs, layer by layer
-                self.warning = "; ".join(w for w in (self.warning, f"{e}; running without a CUDA graph") if w)
+        net = load_spec(spec)
+        dev = Device()
+        path = manifest.locate(cache_dir, net, spec, gpu, batch, dev.name, dev.compute_capability)
+        self.engine = Engine(path.parent, weights_arg, batch, graph, tuning, force, trace, seed, spec=spec)
+        e = self.engine
+        self.net, self.device, self.cache, self.executor, self.graph = e.net, e.device, e.cache, e.executor, e.graph
+        self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, batch, force
 
     torch_device = "cuda"
     graph = None  # a runtime.graph.GraphRunner with --graph

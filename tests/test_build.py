@@ -350,7 +350,7 @@ def test_cli_build_and_rebuild(cli_env):
     assert "ms/layer" in r.output and (e.out / "tiny" / "h100" / "manifest.json").is_file()
     r = invoke(str(e.spec), "--levels", "0.5,0.8", "--out", str(e.out))
     assert r.exit_code == 0 and "5 cache hits, 0 compiled" in r.output
-    r = invoke(str(e.spec), "--levels", "0.5,0.8", "--out", str(e.out), "--force")
+    r = invoke(str(e.spec), "--levels", "0.5,0.8", "--out", str(e.out), "--rebuild")
     assert r.exit_code == 0 and "0 cache hits, 5 compiled" in r.output
 
 
