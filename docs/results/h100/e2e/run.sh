@@ -18,6 +18,7 @@ env_report > "$out/env.txt"
 snn_this() { (cd "$ROOT" && "$@"); }
 snn_other() {  # the other tree, in its own layout: `python3 -m cli` where cli.py is top level, else like this one
   local cmd=$1; shift
+  local SNN_GIT_COMMIT; SNN_GIT_COMMIT=$(cat "$other/COMMIT" 2>/dev/null || echo other); export SNN_GIT_COMMIT
   if [ -f "$other/cli.py" ] && [ ! -f "$other/__init__.py" ]; then
     (cd "$other" && PYTHONPATH=$other python3 -c "import sys, cli; sys.exit(cli.${cmd}_main())" "$@")
   else
