@@ -30,7 +30,7 @@ build_args=(build network_specs/$NET.yaml --gpu h100 --batch $B -j 16)
 cal_args=(calibrate --spec network_specs/$NET.yaml --batch $B --levels 0.5:0.9:0.1 --images "$photos")
 e2e_args=(bench e2e --spec network_specs/$NET.yaml --batch $B --sparsity-profile 0.7 --reps 30 --images "$photos")
 {
-  snn_this snn-codegen "${build_args[@]:1}" 2>&1 | tail -1
+  snn_this snn-codegen "${build_args[@]}" 2>&1 | tail -1
   [ -n "$other" ] && snn_other codegen "${build_args[@]}" 2>&1 | tail -1
   snn_this timeout 300 snn-run "${cal_args[@]}" --out "$out/this-cal" 2>&1 | tail -3
   [ -n "$other" ] && snn_other run "${cal_args[@]}" --out "$out/other-cal" 2>&1 | tail -3
