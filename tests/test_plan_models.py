@@ -16,7 +16,7 @@ from plan_examples import CFG, H100, LEVELS, ROOT, SHAPE
 
 def test_stage3_paper_worked_example():
     # H100: max_ths = 132 SMs * 2048 = 270336; comp_thr = 2 * 128 lanes * 132 * 1.98 GHz = 66.90816 TFLOP/s
-    # occupancy 0.5625 (stage 1 above); batch 2, sparsity 0.5 -> rho 0.5
+    # occupancy 0.5625 (stage 1, tests/test_plan_occupancy.py); batch 2, sparsity 0.5 -> rho 0.5
     # Eq. 3  num_blk   = B * (56/4) * (56/4) * (64/16) * (128/128) = 2 * 14*14*4 = 1568
     # Eq. 5  blk_wave  = 270336 * 0.5625 / 128 = 1188 (= 132 SMs * 9 blocks)
     # Eq. 4  waves     = ceil(1568 / 1188) = 2                     (the right way up)
@@ -72,7 +72,7 @@ def test_fitted_constants_batch1_serial_channel_cost():
     serially, ~0.15-0.5 us a channel at any sparsity, on top of a ~10 us floor; so the same tile gets
     slower with tc, and the 1x1 layers no longer jump to tc 64 at 0.9 (measured: tc 64 took ~35 us,
     tc 32 ~22 us)."""
-    # DenseNet 128 -> 32 @7, 4x7 tile, 32 threads, 0.99; measured (run3/run4, h100_dataset.csv):
+    # DenseNet 128 -> 32 @7, 4x7 tile, 32 threads, 0.99; measured (docs/results/costmodel/h100_dataset.csv):
     measured = {4: 11.58, 8: 11.07, 16: 12.83, 32: 17.76, 128: 42.27}
     s = ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1))
     t = {tc: evaluate_config(s, H100, 1, 0.99, KernelConfig(4, 7, tc, 32, 1))["predicted_us"] for tc in measured}

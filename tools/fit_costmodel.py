@@ -301,7 +301,7 @@ WS_GRID_TILES_1X1 = ((1, 7, 8), (1, 14, 8), (2, 7, 8), (1, 7, 4), (2, 7, 4), (4,
 
 
 def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The warp-tiled part of the grid (batch >= costmodel.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
+    """The warp-tiled part of the grid (batch >= plan.space.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
     N, blocks 2x2 / 2x4 / 4x2 / 1x2 / 2x1 and the exact 7-row / 7-column ones, tc 32 / 64 / 128 (run16-ws's
     and run19-exact's winners are among them)."""
     import check_kernels as ck
