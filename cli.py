@@ -80,12 +80,12 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
     """Choose a kernel configuration for every conv layer of SPEC at every sparsity level, with the
     three-stage cost model: occupancy >= 50 %, least data movement (top third), least predicted
     time by waves. Identical layer shapes are planned once. See docs/costmodel.md."""
-    from snn.codegen import costmodel
     from snn.codegen.gpu import load_gpu
+    from snn.codegen.plan import explain_plan, format_explain, format_plan, parse_levels, plan_network
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
-    plan = costmodel.plan_network(net, gpu, batch, costmodel.parse_levels(levels), model, layers or None, candidates)
-    explained = costmodel.explain_plan(plan, top) if explain else []
+    plan = plan_network(net, gpu, batch, parse_levels(levels), model, layers or None, candidates)
+    explained = explain_plan(plan, top) if explain else []
     if as_json:
         out = plan.to_dict()
         out["gpu_description"] = gpu.to_dict()
@@ -95,9 +95,9 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
         return
     for entry in explained:
         for info in entry["levels"].values():
-            click.echo(costmodel.format_explain(info, entry["layers"]))
+            click.echo(format_explain(info, entry["layers"]))
         click.echo()
-    click.echo(costmodel.format_plan(plan))
+    click.echo(format_plan(plan))
 
 
 @codegen_main.command("build")

@@ -50,9 +50,9 @@ def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
-    from .costmodel import estimate_resources, plan_network
     from .emit import render_epilogue, render_selector, render_sparse
     from .gpu import load_gpu
+    from .plan import estimate_resources, plan_network
     kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
     return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
                   render_selector)
@@ -80,7 +80,7 @@ def parse_batches(text: str) -> list[int]:
 
 def parse_levels(text: str) -> list[float]:
     """The cost model's level syntax, sorted and without repeats (one kernel set per level)."""
-    from .costmodel import parse_levels as parse
+    from .plan import parse_levels as parse
     return sorted(set(parse(text)))
 
 

@@ -1,6 +1,6 @@
 """The sparse convolution kernel's resource rules: how much shared memory its tile, masks and weight
 ring take, how many channels it stages at once, its register cap and the in-block channel split's
-layout. Pure functions of (shape, config): codegen/emit.py renders with them and codegen/costmodel.py
+layout. Pure functions of (shape, config): codegen/emit.py renders with them and codegen/plan/resources.py
 estimates with them (over whole arrays of configs), so the planner never imports the emitter.
 """
 from __future__ import annotations

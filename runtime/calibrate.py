@@ -149,7 +149,7 @@ def exhaustive_plan(net, gpu, batch: int, level: float, n_layers: int, n_configs
     """A sample of layers (distinct shapes, kernels larger than 1x1 first, evenly spaced) and, per
     layer, the model's choice plus up to n_configs stage-1 survivors: the model's next best ones and
     the rest evenly spread over stage 1 (all of stage 1 is hundreds to thousands of kernels)."""
-    from snn.codegen import costmodel
+    from snn.codegen.plan import stages
     sources = inputs.relu_sources(net)
     groups = common.distinct_shapes(net, [c.name for c in net.convs if c.name in sources])
     big = [g for g in groups if g["shape"].R > 1 and tuple(g["shape"].stride) == (1, 1)] \
@@ -159,7 +159,7 @@ def exhaustive_plan(net, gpu, batch: int, level: float, n_layers: int, n_configs
     out = []
     for g in picked:
         shape = g["shape"]
-        st = costmodel.stages(shape, gpu, batch, level, model)
+        st = stages(shape, gpu, batch, level, model)
         chosen = st["stage3"][0]
         top = [c for c in st["stage3"][1:1 + n_configs // 3]]
         rest = [c for c in st["stage1"] if c != chosen and c not in top]
@@ -175,9 +175,10 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
                      jobs: int | None = None) -> list[dict]:
     """Render and compile (cubin cache: hits are free) the sampled configs; returns per layer the
     kernel entries the runtime needs (cubin, steps, workspace, weight_layout) with the model's numbers."""
-    from snn.codegen import costmodel, emit
+    from snn.codegen import emit
     from snn.codegen.compile import Compiler, problems
     from snn.codegen.gpu import load_gpu
+    from snn.codegen.plan import evaluate_config
     net = load_spec(spec)
     gpu = load_gpu(gpu_name)
     plan = exhaustive_plan(net, gpu, batch, level, n_layers, n_configs)
@@ -194,7 +195,7 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
             name = cfg.name(p["shape"], batch)
             k, rec = emitted[name], records[name]
             probs = problems(rec)
-            ev = costmodel.evaluate_config(p["shape"], gpu, batch, level, cfg)
+            ev = evaluate_config(p["shape"], gpu, batch, level, cfg)
             cands.append({"kernel": name, "config": cfg.to_dict(), "model_choice": rank == 0,
                           "predicted_us": ev.get("predicted_us"), "cubin": rec["cubin"], "steps": k.steps,
                           "workspace": k.workspace, "weight_layout": k.weight_layout,

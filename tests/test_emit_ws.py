@@ -1,6 +1,6 @@
 """Warp-tiled blocks (KernelConfig wh*ww > 1, sparse_conv_ws.cu.j2): several register tiles a block sharing
 one staged copy of input and weights. Config naming, the emitter's contract with the launch and the cost
-model's resource rules, the planner's family rules, and nvcc (0 spills / 0 stack)."""
+model's resource rules, and nvcc (0 spills / 0 stack). The planner's family rules: tests/test_plan_space.py."""
 import os
 import shutil
 import sys
@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 from nvcc_units import compile_units
 
-from snn.codegen import costmodel as cm
 from snn.codegen import emit, kernel_rules
 from snn.codegen.config import KernelConfig
 from snn.codegen.gpu import load_gpu
+from snn.codegen.plan import estimate_resources, plan_shape, ws_space
+from snn.codegen.plan import space as plan_space
+from snn.codegen.plan.resources import REG_BASE
 from snn.codegen.spec import ConvShape
 
 S14 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
@@ -40,7 +42,7 @@ def test_render_dispatches_and_launch_matches_rules():
     assert k.steps[1]["block"] == [32, 4, 1] and k.steps[1]["grid"] == [4, 8, 32] and k.steps[1]["smem"] == r["SMEM"]
     assert f"#define KC {r['KC']}" in k.source and f"__launch_bounds__(NTHR, {r['MINB']})" in k.source
     assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM (run16-ws)
-    assert cm.estimate_resources(S14, cfg) == (min(64 + 36 + cm.REG_BASE, 128), r["SMEM"])
+    assert estimate_resources(S14, cfg) == (min(64 + 36 + REG_BASE, 128), r["SMEM"])
     whole = emit.render_sparse(S14, 8, KernelConfig(4, 4, 256, 32, 4, 2, 4))
     assert len(whole.steps) == 1 and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
     assert emit.render_sparse_ws(S14, 8, cfg, kc=8, hoist=True).name == cfg.name(S14, 8) + "_k8_h"
@@ -67,30 +69,6 @@ def test_unsupported_configs_raise():
     with pytest.raises(ValueError):
         emit.render_sparse(ConvShape(64, 42, 14, 14, 3, 3, (1, 1), (1, 1)), 8,
                            KernelConfig(4, 4, 64, 32, 2, 2, 2))                                   # N % 4
-
-
-def test_planner_family_rules():
-    gpu = load_gpu("h100")
-    space = cm.ws_space(S14)
-    assert space and all(c.warp_tiled and c.threads == 32 and c.th * c.tw * c.nt <= cm.WS_ACC_MAX for c in space)
-    assert set(space) <= set(cm.config_space(S14))
-    one = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))                         # 1x1: one-row tiles, tc <= 128
-    assert {(c.th, c.tw) for c in cm.ws_space(one)} <= set(cm.WS_TILES_1X1)
-    assert max(c.tc for c in cm.ws_space(one)) == cm.WS_TC_MAX_1X1 < max(c.tc for c in cm.ws_space(one, True))
-    assert not cm.ws_space(ConvShape(1024, 256, 14, 14, 1, 1, (2, 2), (0, 0)))    # stride 2: not measured
-    assert not cm.ws_space(ConvShape(128, 128, 28, 28, 3, 3, (2, 2), (1, 1)))      # stride 2: not measured
-    assert not cm.ws_space(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))
-    # the "paper" / "pipes" models never see them; "snn" does at any batch (batch 1 since run25-b1)
-    for model, batch in (("paper", 1), ("paper", 32), ("pipes", 32)):
-        st = cm.stages(S14, gpu, batch, 0.7, model)
-        assert not any(c.warp_tiled for c in st["stage1"]), (model, batch)
-    assert any(c.warp_tiled for c in cm.stages(S14, gpu, 1, 0.7, "snn")["stage1"])
-    st = cm.stages(S14, gpu, 32, 0.7, "snn")
-    # stage 2 ranks data movement within each family: warp-tiled blocks re-read weights less by design
-    assert any(c.warp_tiled for c in st["stage2"]) and any(not c.warp_tiled for c in st["stage2"])
-    pick = cm.plan_shape(S14, gpu, 32, [0.7])[0.7].config
-    assert pick.warp_tiled        # run16-ws: 0.79x the classic kernel's best at batch 32
-    emit.render_sparse(S14, 32, pick)
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
@@ -125,11 +103,11 @@ def test_batch1_grid_and_plans_of_run25():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
     import check_kernels as ck
     grid = ck.ws_b1_grid(S14)
-    assert grid and set(grid) <= set(cm.ws_space(S14)) and {c.tc for c in grid} == {8, 16, 32}
+    assert grid and set(grid) <= set(ws_space(S14)) and {c.tc for c in grid} == {8, 16, 32}
     assert all(c.warp_tiled and 2 <= c.wh * c.ww <= 8 for c in grid)
-    keep = cm.WS_MIN_BATCH
+    keep = plan_space.WS_MIN_BATCH
     plans = ck.b1_plans(S14, [0.5, 0.9])
-    assert cm.WS_MIN_BATCH == keep
+    assert plan_space.WS_MIN_BATCH == keep
     assert not any(c.warp_tiled for c in plans["now"].values())
-    assert plans["ws_b1"] == {lv: ch.config for lv, ch in cm.plan_shape(S14, load_gpu("h100"), 1, [0.5, 0.9]).items()}
+    assert plans["ws_b1"] == {lv: ch.config for lv, ch in plan_shape(S14, load_gpu("h100"), 1, [0.5, 0.9]).items()}
     assert any(c.warp_tiled for c in plans["ws_b1"].values())   # what WS_MIN_BATCH = 1 changed

@@ -43,8 +43,8 @@ from snn.codegen import emit  # noqa: E402
 from snn.codegen import reference as ref  # noqa: E402
 from snn.codegen.ptxas import parse_ptxas  # noqa: E402
 from snn.codegen.config import KernelConfig  # noqa: E402
-from snn.codegen import costmodel as cm  # noqa: E402
-from snn.codegen.costmodel import pads_within  # noqa: E402
+from snn.codegen.plan import clear_caches, pads_within, plan_shape, ws_space  # noqa: E402
+from snn.codegen.plan import space as plan_space  # noqa: E402
 from snn.codegen.gpu import load_gpu  # noqa: E402
 from snn.codegen.spec import ConvShape, load_spec  # noqa: E402
 
@@ -514,10 +514,10 @@ WS_B1_WARPS = ((2, 2), (4, 2), (2, 4), (7, 1), (4, 1), (2, 1), (1, 2))
 
 
 def ws_configs(shape: ConvShape, tiles, warps, tcs) -> list[KernelConfig]:
-    """The configs of costmodel.ws_space(shape, one_by_one=True) among warp tiles (th, tw, nt; clipped to P and Q)
+    """The configs of plan.ws_space(shape, one_by_one=True) among warp tiles (th, tw, nt; clipped to P and Q)
     x warp arrangements x channel tiles (clipped to C), in that order (ws_space already leaves out what the
     emitter cannot build)."""
-    space = set(cm.ws_space(shape, one_by_one=True))
+    space = set(ws_space(shape, one_by_one=True))
     return [c for th, tw, nt in tiles for wh, ww in warps for tc in tcs
             for c in [KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)]
             if c in space]
@@ -532,17 +532,17 @@ def ws_b1_grid(shape: ConvShape) -> list[KernelConfig]:
 
 
 def b1_plans(shape: ConvShape, levels) -> dict[str, dict[float, KernelConfig]]:
-    """The "snn" plan's batch-1 picks per level as built before session 7 ("now": costmodel.WS_MIN_BATCH = 8, classic
+    """The "snn" plan's batch-1 picks per level as built before session 7 ("now": plan.space.WS_MIN_BATCH = 8, classic
     kernels only) and with warp-tiled configs allowed at batch 1 ("ws_b1": WS_MIN_BATCH = 1, the default since)."""
-    gpu, keep, out = load_gpu("h100"), cm.WS_MIN_BATCH, {}
+    gpu, keep, out = load_gpu("h100"), plan_space.WS_MIN_BATCH, {}
     try:
         for key, min_batch in (("now", 8), ("ws_b1", 1)):
-            cm.WS_MIN_BATCH = min_batch
-            cm.clear_caches()
-            out[key] = {lv: c.config for lv, c in cm.plan_shape(shape, gpu, 1, levels, "snn").items()}
+            plan_space.WS_MIN_BATCH = min_batch
+            clear_caches()
+            out[key] = {lv: c.config for lv, c in plan_shape(shape, gpu, 1, levels, "snn").items()}
     finally:
-        cm.WS_MIN_BATCH = keep
-        cm.clear_caches()
+        plan_space.WS_MIN_BATCH = keep
+        clear_caches()
     return out
 
 

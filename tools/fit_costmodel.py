@@ -35,6 +35,7 @@ import math
 import sys
 from collections import defaultdict
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -42,12 +43,20 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from snn.codegen import costmodel as cm  # noqa: E402
 from snn.codegen.config import KernelConfig  # noqa: E402
 from snn.codegen.gpu import load_gpu  # noqa: E402
 from snn.codegen.kernel_rules import weight_ring_depth  # noqa: E402
+from snn.codegen.plan import models, movement, occupancy, planner, space, tables  # noqa: E402
+from snn.codegen.plan.models import snn as snn_model  # noqa: E402
 from snn.codegen.spec import ConvShape  # noqa: E402
 from fit_resources import parse_kernel  # noqa: E402
+
+# The current cost model under the names it had as one module, codegen/costmodel.py: the functions below take
+# either this or that module of an earlier commit, loaded from git (before_model).
+cm = SimpleNamespace(__name__="snn.codegen.plan", _table=tables.table, _occupancy=occupancy.table_occupancy,
+                     _time=models.stage3, _space_table=tables.space_table, _stage2=movement.stage2,
+                     _configs=space.configs, ws_space=space.ws_space, plan_shape=planner.plan_shape,
+                     SNN_FIT=snn_model.SNN_FIT, SNN_FIT_WS=snn_model.SNN_FIT_WS, WS_MIN_BATCH=space.WS_MIN_BATCH)
 
 RES = ROOT / "docs/results"
 CSV_DEFAULT = RES / "costmodel/h100_dataset.csv"
@@ -163,6 +172,7 @@ def before_model(commit: str = BEFORE):
     mod = importlib.util.module_from_spec(spec)
     mod.__package__ = "codegen"
     sys.modules[spec.name] = mod
+    sys.modules.setdefault("codegen.occupancy", occupancy)  # its `from .occupancy import block_limits`: now plan's
     exec(compile(src, f"{commit}:codegen/costmodel.py", "exec"), mod.__dict__)
     return mod
 
@@ -291,7 +301,7 @@ WS_GRID_TILES_1X1 = ((1, 7, 8), (1, 14, 8), (2, 7, 8), (1, 7, 4), (2, 7, 4), (4,
 
 
 def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The warp-tiled part of the grid (batch >= costmodel.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
+    """The warp-tiled part of the grid (batch >= plan.space.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
     N, blocks 2x2 / 2x4 / 4x2 / 1x2 / 2x1 and the exact 7-row / 7-column ones, tc 32 / 64 / 128 (run16-ws's
     and run19-exact's winners are among them)."""
     import check_kernels as ck
@@ -329,7 +339,7 @@ def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS
     the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
     build's level sweep) of the current "snn" model and of `previous`'s."""
     import check_kernels as ck
-    from snn.codegen.costmodel import DEFAULT_LEVELS, parse_levels
+    from snn.codegen.plan import DEFAULT_LEVELS, parse_levels
     prev = before_model(previous)
     layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
     if only_1x1:  # the six ResNet-152 1x1 layers of check_kernels --tune1x1

@@ -10,7 +10,7 @@ config_space(shape) among those the emitter can build, each rendered with emit.r
 (batch 1, the `mask` loop the build emits) and compiled with
 `nvcc -cubin -arch=sm_90 -O3 -std=c++17 -Xptxas -v`. One CSV row per kernel.
 `report`: median / max absolute error of the old estimate (double-buffered weight chunk, 8-byte
-COO values: frozen below) and of costmodel.estimate_resources, plus a least-squares fit of the
+COO values: frozen below) and of plan.estimate_resources, plus a least-squares fit of the
 register formula's constants for reference.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from snn.codegen import costmodel as cm  # noqa: E402
+from snn.codegen.plan import config_space, estimate_resources  # noqa: E402
 from snn.codegen import emit, ptxas  # noqa: E402
 from snn.codegen.config import KernelConfig  # noqa: E402
 from snn.codegen.spec import ConvShape, load_spec  # noqa: E402
@@ -82,7 +82,7 @@ def sample(n: int, seed: int = 0) -> list[tuple[ConvShape, KernelConfig]]:
     per = n / sum(weight)
     out = []
     for s, wgt in zip(shp, weight):
-        space = [c for c in cm.config_space(s) if buildable(s, c)]
+        space = [c for c in config_space(s) if buildable(s, c)]
         out += [(s, c) for c in rng.sample(space, min(math.ceil(per * wgt), len(space)))]
     rng.shuffle(out)
     return out[:n]
@@ -159,7 +159,7 @@ def cmd_report(a) -> None:
     rows = load(a.csv)
     real_r = [r["ptxas_regs"] for _, _, r in rows]
     real_s = [r["ptxas_smem"] for _, _, r in rows]
-    new = [cm.estimate_resources(s, c) for s, c, _ in rows]
+    new = [estimate_resources(s, c) for s, c, _ in rows]
     print(f"{len(rows)} kernels, {len({s for s, _, _ in rows})} shapes, "
           f"{sum(r['spills'] > 0 for _, _, r in rows)} with spills/stack")
     print(f"registers  old: {_err([r['old_regs'] for _, _, r in rows], real_r)}")
@@ -179,7 +179,7 @@ def cmd_report(a) -> None:
     # held out: the ptxas reports of the H100 perf run (run3, the same emitter), `mask` kernels only
     run3 = json.loads((ROOT / RUN3).read_text())["ptxas"]
     held = [(parse_kernel(n), f) for n, f in run3.items() if parse_kernel(n)]
-    est = [cm.estimate_resources(s, c) for (s, c, _), _ in held]
+    est = [estimate_resources(s, c) for (s, c, _), _ in held]
     print(f"held out ({RUN3}, {len(held)} kernels of {len({k[0] for k, _ in held})} shapes):")
     print(f"registers  new: {_err([e[0] for e in est], [f['registers'] for _, f in held])}")
     print(f"registers  old: {_err([old_estimate(s, c)[0] for (s, c, _), _ in held], [f['registers'] for _, f in held])}")

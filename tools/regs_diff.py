@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_kernels import _parse_config  # noqa: E402
 from snn.codegen.config import KernelConfig  # noqa: E402
 from snn.codegen.gpu import load_gpu  # noqa: E402
-from snn.codegen.occupancy import block_limits  # noqa: E402
+from snn.codegen.plan.occupancy import block_limits  # noqa: E402
 
 
 def main() -> int:

@@ -33,7 +33,7 @@ def parse_batches(text: str) -> list[int]:
 
 
 def parse_levels(text: str) -> list[float]:
-    from snn.codegen.costmodel import parse_levels as _parse
+    from snn.codegen.plan import parse_levels as _parse
     from snn.codegen.errors import UserError
     try:
         return sorted(set(_parse(text)))

@@ -1,4 +1,5 @@
-"""Theoretical occupancy, by the rules of the CUDA occupancy calculator (cuda_occupancy.h).
+"""Stage 1: occupancy. The theoretical occupancy by the rules of the CUDA occupancy calculator
+(cuda_occupancy.h), and stage 1's cut over a shape's configs: what launches, and occupancy >= a threshold.
 
 Resident blocks per SM are the minimum of four limits:
 
@@ -19,12 +20,22 @@ Vectorised over numpy arrays because the cost model evaluates thousands of confi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
-from .gpu import GPU
+from ..errors import UserError
+from ..gpu import GPU
+from ..spec import ConvShape
+from .tables import space_table
 
 LIMITS = ("warps", "blocks", "registers", "shared")
+
+OCCUPANCY_MIN = 0.5
+OCCUPANCY_MIN_BATCHED = 0.25  # "snn" at batch > 1: the batch brings the parallelism, and its fastest kernels
+                              # (more output channels per thread, bigger tiles) sit at 30-40 % occupancy
+                              # (docs/costmodel.md, "Batch > 1: held-out measurements")
 
 
 @dataclass(frozen=True)
@@ -95,3 +106,41 @@ def occupancy(gpu: GPU, threads: int, regs_per_thread: int, smem_bytes: int) -> 
     limiter = "none" if bps == 0 else next(k for k in ("registers", "shared", "warps", "blocks") if limits[k] == bps)
     return Occupancy(bps, bps * warps, bps * warps / gpu.max_warps_per_sm, limiter, limits,
                      int(lim["regs_per_warp"]), int(lim["smem_alloc"]))
+
+
+# ---- stage 1 over a shape's table ----------------------------------------------------------------
+
+def table_occupancy(tab: dict[str, np.ndarray], gpu: GPU) -> dict[str, np.ndarray]:
+    """Blocks per SM, warps per block, occupancy and whether it launches, per row of a table."""
+    lim = block_limits(gpu, tab["bthreads"], tab["regs"], tab["smem"])
+    bps = np.minimum(np.minimum(lim["warps"], lim["blocks"]), np.minimum(lim["registers"], lim["shared"]))
+    warps = -(-tab["bthreads"] // gpu.warp_size)
+    # The classic kernel stays within the 48 KiB every GPU grants without the opt-in attribute (static shared
+    # memory); the warp-tiled one asks for more (dynamic, the runtime opts in). Only what the emitter can
+    # build (kernel_rules.chunk_channels / ws_params find a channel chunk that fits).
+    smem_cap = np.where(tab["ws"], gpu.smem_per_block_optin, gpu.smem_per_block)
+    feasible = (bps > 0) & (tab["regs"] <= gpu.max_regs_per_thread) & (tab["smem"] <= smem_cap) & tab["buildable"]
+    return {"bps": bps, "warps": warps, "occ": bps * warps / gpu.max_warps_per_sm, "feasible": feasible}
+
+
+def occupancy_min(model: str, batch: int) -> float:
+    """Stage 1's threshold: the paper's 50 %, or OCCUPANCY_MIN_BATCHED for "snn" at batch > 1."""
+    return OCCUPANCY_MIN_BATCHED if model == "snn" and batch > 1 else OCCUPANCY_MIN
+
+
+@lru_cache(maxsize=4096)
+def stage1(shape: ConvShape, gpu: GPU, occ_min: float = OCCUPANCY_MIN, ws: bool = False) -> dict[str, Any]:
+    """table_occupancy of the space table, "feasible" narrowed to the classic family unless `ws`, and the
+    survivors "idx": occupancy >= occ_min, or where none reaches it the best there is ("relaxed")."""
+    tab = space_table(shape)
+    o = table_occupancy(tab, gpu)
+    feasible = o["feasible"] & (ws | ~tab["ws"])
+    occ = o["occ"]
+    if not feasible.any():
+        raise UserError(f"conv {shape.tag()}: no kernel configuration fits on {gpu.name} "
+                        f"(shared memory per block {gpu.smem_per_block} B)")
+    keep = feasible & (occ >= occ_min - 1e-9)
+    relaxed = not keep.any()
+    if relaxed:  # nothing reaches the threshold: keep the best occupancy there is, and say so in --explain
+        keep = feasible & (occ >= occ[feasible].max() - 1e-9)
+    return {**o, "feasible": feasible, "idx": np.flatnonzero(keep), "relaxed": relaxed}

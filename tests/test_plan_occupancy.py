@@ -1,5 +1,6 @@
-"""The occupancy calculator, pinned on hand-worked values (arithmetic in the comments) for the H100
-and the V100, and cross-checked against CUDA's own cuda_occupancy.h where a C++ compiler is found."""
+"""Stage 1 (codegen/plan/occupancy.py): the occupancy calculator, pinned on hand-worked values (arithmetic in
+the comments) for the H100 and the V100 and cross-checked against CUDA's own cuda_occupancy.h where a C++
+compiler is found; and stage 1's cut over a shape's configs."""
 import random
 import shutil
 import subprocess
@@ -8,8 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from snn.codegen.config import KernelConfig
 from snn.codegen.gpu import known_gpus, load_gpu
-from snn.codegen.occupancy import occupancy, occupancy_array
+from snn.codegen.plan import config_space, estimate_resources, stages
+from snn.codegen.plan.explain import explain_layer
+from snn.codegen.plan.occupancy import OCCUPANCY_MIN_BATCHED, occupancy, occupancy_array, occupancy_min
+from snn.codegen.spec import ConvShape
+
+from plan_examples import CFG, SHAPE
 
 H100 = load_gpu("h100")
 V100 = load_gpu("v100")
@@ -138,3 +145,42 @@ def test_matches_cuda_occupancy_header(tmp_path):
                              capture_output=True, text=True, check=True).stdout.split()
         mine = [occupancy(g, t, r, s).blocks_per_sm for t, r, s in cases]
         assert mine == [int(x) for x in out], name
+
+
+# ---- stage 1 ---------------------------------------------------------------------------------------
+
+def test_stage1_threshold_by_model_and_batch():
+    """"snn" relaxes stage 1 to OCCUPANCY_MIN_BATCHED at batch > 1; batch 1 and the other models keep 50 %."""
+    assert occupancy_min("snn", 1) == occupancy_min("paper", 8) == occupancy_min("pipes", 32) == 0.5
+    assert occupancy_min("snn", 8) == OCCUPANCY_MIN_BATCHED == 0.25
+    batched, paper = set(stages(SHAPE, H100, 2, 0.5)["stage1"]), set(stages(SHAPE, H100, 2, 0.5, "paper")["stage1"])
+    assert paper < batched
+    for c in stages(SHAPE, H100, 2, 0.5)["launchable"]:
+        occ = occupancy(H100, c.block_threads(), *estimate_resources(SHAPE, c)).occupancy
+        # warp-tiled configs are "snn"'s only
+        assert (occ >= 0.25) == (c in batched) and (occ >= 0.5 and not c.warp_tiled) == (c in paper)
+
+
+def test_stage1_keeps_exactly_the_configs_at_50_percent():
+    # th4 tw7 nt1: 28 + 9 + 26 = 63 regs -> 2016 -> 2048 per warp -> 8 warps per quarter -> 50 %: kept.
+    # th4 tw8 nt1: 32 + 9 + 26 = 67 regs -> 2144 -> 2304 per warp -> 7 per quarter -> 28 warps = 7 blocks = 43.75 %: dropped.
+    st = stages(SHAPE, H100, 1, 0.5)
+    keep, drop = KernelConfig(4, 7, 16, 128, 1), KernelConfig(4, 8, 16, 128, 1)
+    assert occupancy(H100, 128, *estimate_resources(SHAPE, keep)).occupancy == 0.5
+    assert occupancy(H100, 128, *estimate_resources(SHAPE, drop)).occupancy == 0.4375
+    assert keep in st["stage1"] and drop in st["launchable"] and drop not in st["stage1"]
+    # 0.5625 for the worked config: 51 regs -> 1632 -> 1792 per warp -> 9 per quarter -> 36 warps = 9 blocks of 4
+    assert CFG in st["stage1"]
+    s1 = set(st["stage1"])
+    for c in st["launchable"]:
+        occ = occupancy(H100, c.block_threads(), *estimate_resources(SHAPE, c)).occupancy
+        assert (occ >= 0.5) == (c in s1)
+
+
+def test_stage1_relaxes_when_nothing_reaches_50_percent():
+    # The 7x7 stem: a weight ring slot is 49*64*4 = 12.5 KB per block of 64 threads: no config reaches 50 %.
+    stem = ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3))
+    info = explain_layer(stem, H100, 1, 0.5)
+    assert info["stage1_relaxed"] and info["counts"]["stage1_occupancy"] > 0
+    best = max(occupancy(H100, c.threads, *estimate_resources(stem, c)).occupancy for c in config_space(stem))
+    assert all(r["occupancy"] == best for r in info["top"])

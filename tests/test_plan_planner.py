@@ -1,0 +1,158 @@
+"""Planning (codegen/plan/planner.py): levels, the choice per level, whole networks, alternatives for
+calibrate, and the speed of planning."""
+import time
+
+import pytest
+
+from snn.codegen.config import KernelConfig
+from snn.codegen.errors import UserError
+from snn.codegen.gpu import load_gpu
+from snn.codegen.plan import clear_caches, parse_levels, plan_network, plan_shape, planner, stages
+from snn.codegen.plan.explain import explain_layer
+from snn.codegen.plan.planner import CANDIDATE_WINDOW, REUSE_TOLERANCE, run_stages
+from snn.codegen.plan.space import configs
+from snn.codegen.plan.tables import space_table
+from snn.codegen.spec import ConvShape, load_spec
+
+from plan_examples import H100, LEVELS, ROOT, SPECS
+
+
+def test_levels_default_sweep_is_the_papers():
+    assert LEVELS == (0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9)
+    assert parse_levels("0.5,0.7") == (0.5, 0.7) and parse_levels("0.6") == (0.6,)
+    assert parse_levels("0.1:0.3:0.1") == (0.1, 0.2, 0.3)  # stop included despite float steps
+    assert parse_levels([0.449999, 0.9]) == (0.45, 0.9)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("abc", "expected start:stop:step"), ("0.4:0.9", "expected start:stop:step"),
+    ("0.9:0.4:0.1", "start <= stop"), ("0.4:0.9:0", "step > 0"), ("0.4:1.0:0.1", "outside [0, 1)"),
+    ("-0.1", "outside [0, 1)"),
+])
+def test_levels_errors(text, expected):
+    with pytest.raises(UserError, match=expected.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        parse_levels(text)
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=lambda p: p.stem)
+def test_predicted_time_falls_with_sparsity_for_every_layer(spec):
+    net = load_spec(spec)
+    runs = [("h100", 1, "snn"), ("h100", 8, "snn"), ("h100", 1, "paper"), ("h100", 8, "paper"),
+            ("v100", 4, "snn"), ("a100", 4, "snn"), ("rtx2080ti", 4, "snn"), ("h200", 32, "snn")]
+    for gpu, batch, model in runs:
+        plan = plan_network(net, load_gpu(gpu), batch, LEVELS, model)
+        assert len(plan.layers) == len(net.convs)
+        for lp in plan.layers:
+            t = [lp.choices[lv].predicted_us for lv in LEVELS]
+            assert all(b < a for a, b in zip(t, t[1:])), (gpu, batch, model, lp.layer.name, t)
+
+
+def test_identical_shapes_are_planned_once(monkeypatch):
+    net = load_spec(ROOT / "network_specs" / "resnet152.yaml")
+    calls = []
+    real = plan_shape
+    monkeypatch.setattr(planner, "plan_shape", lambda shape, *a, **k: calls.append(shape) or real(shape, *a, **k))
+    plan = plan_network(net, H100, 1, "0.5,0.8")
+    assert len(calls) == len(set(calls)) == len(net.conv_shapes()) == 23
+    same = [lp for lp in plan.layers if lp.layer.shape == plan.layers[-2].layer.shape]
+    assert len(same) > 1 and all(lp.choices is same[0].choices for lp in same)
+    assert set(plan.layers[0].choices) == {0.5, 0.8}
+
+
+def test_plan_subset_of_layers_and_errors():
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    plan = plan_network(net, H100, 1, "0.6", layers=["layer2.0.conv2", "conv1"])
+    assert [lp.layer.name for lp in plan.layers] == ["layer2.0.conv2", "conv1"]
+    with pytest.raises(UserError, match="no conv layer named 'layer9.conv1'"):
+        plan_network(net, H100, 1, "0.6", layers=["layer9.conv1"])
+    with pytest.raises(UserError, match="unknown cost model"):
+        plan_network(net, H100, 1, "0.6", model="roofline")
+    with pytest.raises(UserError, match="batch must be a positive integer"):
+        plan_network(net, H100, 0, "0.6")
+
+
+def test_plan_json_round_trip():
+    net = load_spec(ROOT / "network_specs" / "vgg16.yaml")
+    d = plan_network(net, H100, 2, "0.5,0.9").to_dict()
+    assert d["gpu"] == "h100" and d["arch"] == "sm_90" and d["batch"] == 2 and d["levels"] == [0.5, 0.9]
+    layer = d["layers"][3]
+    entry = layer["levels"]["0.90"]
+    cfg = KernelConfig.from_dict(entry["config"])
+    assert entry["kernel"] == cfg.name(load_spec(ROOT / "network_specs" / "vgg16.yaml").convs[3].shape, 2)
+    assert d["total_predicted_us"]["0.90"] < d["total_predicted_us"]["0.50"]
+
+
+def test_planning_resnet152_is_fast():
+    net = load_spec(ROOT / "network_specs" / "resnet152.yaml")
+    clear_caches()
+    t0 = time.perf_counter()
+    plan = plan_network(net, H100, 1, LEVELS)
+    dt = time.perf_counter() - t0
+    print(f"\nplanning ResNet-152 (155 convs, 23 shapes) x 11 levels on h100, cold caches: {dt * 1000:.0f} ms")
+    assert len(plan.layers) == 155 and dt < 5.0  # target < 1 s; generous margin against a loaded CI box
+
+
+def test_plan_keeps_a_lower_levels_config_only_within_tolerance():
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    plan = plan_network(net, H100, 1, LEVELS)
+    reused = 0
+    for shape in net.conv_shapes():
+        choices = next(lp.choices for lp in plan.layers if lp.layer.shape == shape)
+        seen = []
+        for lv in LEVELS:
+            info = explain_layer(shape, H100, 1, lv, "snn", top=1, chosen=choices[lv].config)
+            best = info["top"][0]["predicted_us"]
+            assert info["chosen"]["predicted_us"] == pytest.approx(choices[lv].predicted_us)
+            assert choices[lv].predicted_us <= best * (1 + REUSE_TOLERANCE) + 1e-9
+            if not info["top"][0]["chosen"]:
+                assert choices[lv].config in seen  # only an earlier level's config is ever kept
+                reused += 1
+            seen.append(choices[lv].config)
+    assert reused > 0  # the rule does something on a real network
+
+
+def test_a_lower_levels_pick_stays_a_candidate_when_stage2_drops_it():
+    """64->64 @56 at batch 1: stage 2's cut moves with the density and drops the 0.7 pick at 0.75; the plan keeps
+    it there (it is still the fastest prediction) instead of switching to a config predicted slower."""
+    shape = ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
+    plan = plan_shape(shape, H100, 1, [0.7, 0.75])
+    assert plan[0.75].config == plan[0.7].config and plan[0.75].predicted_us < plan[0.7].predicted_us
+    assert plan[0.7].config not in stages(shape, H100, 1, 0.75)["stage2"]
+    info = explain_layer(shape, H100, 1, 0.75, chosen=plan[0.75].config)
+    assert info["chosen"]["tag"] == plan[0.7].config.tag()
+    assert info["counts"]["stage2_data_movement"] == len(stages(shape, H100, 1, 0.75)["stage2"])
+
+
+def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fastest():
+    shape = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+
+    def fam(c):
+        return c.warp_tiled, c.nt
+    for batch in (1, 32):
+        one = plan_shape(shape, H100, batch, [0.7], candidates=1)[0.7]
+        pick = plan_shape(shape, H100, batch, [0.7], candidates=4)[0.7]
+        assert (pick.config, pick.predicted_us, one.alternatives) == (one.config, one.predicted_us, ())
+        cands = pick.candidates()
+        assert len(cands) == 4 and cands[0] == (pick.config, pick.predicted_us) and len({c for c, _ in cands}) == 4
+        # stage 3's ranking at this level, with its predictions
+        r = run_stages(shape, H100, batch, 0.7, "snn")
+        ranked = [(c, float(r["s3"]["predicted_us"][j])) for c, j in
+                  zip(configs(space_table(shape), r["idx2"][r["order"]]), r["order"])]
+        inside = [(c, t) for c, t in ranked if c != pick.config and t <= pick.predicted_us * CANDIDATE_WINDOW]
+        assert all(ct in inside for ct in cands[1:])
+        fams = [fam(pick.config)]
+        for c, _ in cands[1:]:
+            if fam(c) in fams:
+                break
+            fams.append(fam(c))
+        missing = {fam(c) for c, _ in inside} - set(fams)
+        assert not missing or len(fams) == 4   # a family within the window is left out only when all slots differ
+        assert len(fams) >= 2                  # both families are measured on these layers
+        # after the families, the next fastest in stage 3's order
+        rest = [ct for ct in inside if ct not in cands[:len(fams)]]
+        assert cands[len(fams):] == rest[:4 - len(fams)]
+    d = plan_network(load_spec(ROOT / "network_specs/resnet50.yaml"), H100, 1, "0.7", candidates=2).to_dict()
+    lv = d["layers"][0]["levels"]["0.70"]
+    assert len(lv["alternatives"]) == 1 and lv["alternatives"][0]["kernel"] != lv["kernel"]
+    with pytest.raises(UserError, match="candidates"):
+        plan_shape(shape, H100, 1, [0.7], candidates=0)
