@@ -20,9 +20,11 @@ test-gpu:
 specs:
 	$(BIN)/python network_specs/generate.py
 
-# nvcc: *.cu -> *.cubin in GEN (a folder of generated sources), run in parallel with -j.
-# `snn-codegen build` drives this target on the cache misses only (staged in a folder of the cubin
-# cache, with GEN=CUBIN_DIR=that folder and NVCC_FLAGS as it hashes them). Each kernel's ptxas report
+# nvcc: *.cu -> *.cubin in GEN (a folder of generated sources, e.g. a bundle's src/), run in parallel with -j:
+#   make cubins GEN=generated/resnet152/h100/src CUBIN_DIR=/tmp/cubins -j 8
+# `snn-codegen build` drives this same target on the compiler cache's misses (staged in a folder of the
+# cache, with GEN=CUBIN_DIR=that folder and NVCC_FLAGS as it hashes them); the Makefile is installed with
+# the package for that. Each kernel's ptxas report
 # lands in <kernel>.ptxas; on failure it holds the compiler's message, also shown on stderr. A cubin
 # appears only whole (temp + mv), and "cubin <kernel>" on stdout marks it (the build's progress bar).
 GEN   ?= generated

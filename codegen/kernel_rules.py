@@ -13,7 +13,7 @@ from .spec import ConvShape
 STATIC_SMEM_LIMIT = 40 * 1024  # keep the staged tile under the 48 KB static limit with room to spare
 WEIGHT_RING_LIMIT = 20 * 1024  # the per-thread weight ring takes at most this much of STATIC_SMEM_LIMIT
 WEIGHT_RING_DEPTH = 4          # channels of weights in flight (cp.async) while one is used; 16 (with a
-                               # 24 KB ring) measured slower at both batch 1 and 32 (docs/perf-notes.md, v3)
+                               # 24 KB ring) measured slower at both batch 1 and 32 (docs/performance.md)
 
 
 def weight_ring_depth(shape: ConvShape, cfg: KernelConfig) -> int:
@@ -120,8 +120,8 @@ def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
 
 # ---------------------------------------------------------------- warp-tiled blocks (sparse_conv_ws.cu.j2)
 
-# block shapes the planner considers: run16-ws's winners 2x2 / 2x4, and the 7-row / 7-column ones that tile
-# 7, 14 and 28 exactly (run19-exact: 2x7 warp tiles in 7x2 blocks 0.96x the 8x8 blocks on 14x14 and 28x28)
+# block shapes the planner considers: 2x2 / 2x4 (the fastest measured on H100), and the 7-row / 7-column ones
+# that tile 7, 14 and 28 exactly (2x7 warp tiles in 7x2 blocks ran 0.96x the 8x8 blocks' time on 14x14 and 28x28)
 WS_WARPS = ((1, 2), (2, 1), (2, 2), (2, 4), (4, 2), (4, 1), (1, 4), (7, 1), (1, 7), (7, 2), (2, 7))
 WS_MAX_WORDS = 4            # a warp's in-tile pixels: at most 4 ballot words (128 pixels)
 WS_REG_MARGIN = 24          # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)

@@ -68,7 +68,7 @@ def test_stage3_snn_waves_tail_and_terms():
 
 
 def test_fitted_constants_batch1_serial_channel_cost():
-    """What the H100 measurements taught (docs/perf-notes.md): at batch 1 a block walks its channels
+    """What the H100 measurements taught (docs/performance.md): at batch 1 a block walks its channels
     serially, ~0.15-0.5 us a channel at any sparsity, on top of a ~10 us floor; so the same tile gets
     slower with tc, and the 1x1 layers no longer jump to tc 64 at 0.9 (measured: tc 64 took ~35 us,
     tc 32 ~22 us)."""

@@ -256,7 +256,8 @@ def test_infer_without_torch_says_what_to_install(tmp_path, monkeypatch):
 
 def test_cpu_modules_do_not_import_torch():
     code = ("import sys, snn.cli, snn.runtime.manifest, snn.runtime.dispatch, snn.runtime.images, "
-            "snn.runtime.infer, snn.runtime.cuda, snn.runtime.weights, snn.runtime.executor, snn.runtime.kernels; "
+            "snn.runtime.infer, snn.runtime.cuda, snn.runtime.weights, snn.runtime.executor, snn.runtime.kernels, "
+            "snn.runtime.engine, snn.runtime.tuning, snn.runtime.lower; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -24,7 +24,7 @@ THREADS = tuple(range(32, 257, 32))
 NT = (1, 2, 4)
 NT_WIDE = 8                # 1x1 convs also try 8 output channels a thread (two float4 a tap and pixel): their
                            # pixel bodies (8 FMAs) stay branches where ptxas predicates 4-FMA ones, so zeros
-                           # cost no FMAs (docs/perf-notes.md); 3x3 ones measured slower with it
+                           # cost no FMAs (docs/performance.md); 3x3 ones measured slower with it
 TC_MAX = 512
 N_WASTE_MAX = 0.125        # threads*nt may pad N by at most 12.5 %
 

@@ -13,7 +13,7 @@ from ..spec import ConvShape
 from .resources import resources
 from .space import space_arrays
 
-PRED_FMA_MAX = 4  # ptxas if-converts a pixel body of <= 4 FMAs: it issues for zero inputs too (docs/perf-notes.md)
+PRED_FMA_MAX = 4  # ptxas if-converts a pixel body of <= 4 FMAs: it issues for zero inputs too (docs/performance.md)
 
 
 def axis_counts(n_out: int, n_in: int, t: int, stride: int, k: int, pad: int) -> tuple[int, int, int, int]:
