@@ -1,17 +1,16 @@
-"""Rendering contracts of codegen/emit.py, and nvcc: every kernel of ResNet-50 spill-free."""
+"""Rendering contracts of codegen/emit.py, and nvcc: kernels of every ResNet-50 shape spill-free."""
 import os
 import re
 import shutil
-from pathlib import Path
 
 import pytest
+from kernel_cases import RESNET50, example_configs, resnet50_cases
 from nvcc_units import compile_units
 
 from snn.codegen import emit
 from snn.codegen.config import KernelConfig
 from snn.codegen.spec import ConvShape, load_spec
 
-ROOT = Path(__file__).resolve().parents[1]
 S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 
 
@@ -36,18 +35,14 @@ def test_one_channel_tile_stores_directly_without_memset():
     assert [s["op"] for s in k.steps] == ["launch"]
     assert k.steps[0]["grid"] == [4 * 2, 1, 8]
     assert "atomicAdd(dst" not in k.source and "dst[0 * THREADS] = o0;" in k.source  # nt 2: vector stores (vec)
-    assert "*dst = acc" in emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2), vec=False).source
+    assert "*dst = acc" in emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 1)).source  # nt 1: scalar
 
 
-def test_switch_variant_has_own_name_and_drops_dead_pixels():
+def test_pixels_that_feed_no_output_are_not_tested():
     shape = ConvShape(64, 64, 10, 10, 1, 1, (2, 2), (0, 0))
-    cfg = KernelConfig(2, 2, 32, 64, 1)
-    k = emit.render_sparse(shape, 1, cfg, loop="switch")
-    assert k.name.endswith("_switch") and k.name != emit.render_sparse(shape, 1, cfg).name
-    # in-tile 3x3, only pixels 0, 2, 6, 8 feed an output of a 1x1 stride-2 conv
-    assert "& 325u" in k.source
-    with pytest.raises(ValueError):
-        emit.render_sparse(shape, 1, cfg, loop="nope")
+    k = emit.render_sparse(shape, 8, KernelConfig(2, 2, 32, 64, 1))
+    # in-tile 3x3, only pixels 0, 2, 6, 8 feed an output of a 1x1 stride-2 conv: one bit test each
+    assert [int(b) for b in re.findall(r"if \(m\[0\] & (\d+)u\)", k.source)] == [1, 4, 64, 256]
 
 
 def test_bad_configs_are_refused():
@@ -67,12 +62,7 @@ def test_guards_only_where_needed():
     assert "p0 + i >= P" not in exact.source and "n >= N" not in exact.source
 
 
-def test_render_coo_and_epilogue():
-    cfg = KernelConfig(4, 4, 32, 64, 1)
-    k = emit.render_coo(S3, 2, cfg)
-    lay = emit.coo_layout(S3, 2, cfg)
-    assert k.workspace == lay["workspace"] and lay["tiles"] == 2 * 4 * 4 * 8
-    assert k.steps[0]["args"] == ["input", "coo_count", "coo_vals", "coo_pos"]
+def test_render_epilogue():
     name, src = emit.render_epilogue()
     assert name == "snn_epilogue"
     flat = " ".join(src.split())
@@ -85,13 +75,11 @@ def test_render_coo_and_epilogue():
 # ------------------------------------------------------------------ nvcc
 
 def _kernels():
-    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
-    shapes = net.conv_shapes()
-    ks = [emit.render_sparse(sh, 1, cfg) for sh in shapes for cfg in emit.example_configs(sh)]
-    # the other pixel loop and a larger batch on one shape of each kind
-    for sh in shapes[:4]:
-        ks.append(emit.render_sparse(sh, 32, emit.example_configs(sh)[0], loop="switch"))
-    ks.append(emit.render_coo(shapes[3], 1, emit.example_configs(shapes[3])[0]))
+    """Both example configs of every ResNet-50 shape at batch 1 (hoisted loads), and at batch 32 (plain)
+    on one shape of each kind."""
+    ks = [k for k, _, _ in resnet50_cases()]
+    shapes = load_spec(RESNET50).conv_shapes()
+    ks += [emit.render_sparse(sh, 32, example_configs(sh)[0]) for sh in shapes[:4]]
     return ks
 
 

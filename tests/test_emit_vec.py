@@ -1,6 +1,6 @@
 """Thread-contiguous output channels (vec): a thread's nt channels are adjacent, so a tap's weights come
 as one 8/16-byte cp.async and one vector shared load, and the outputs leave as one vector store or
-sm_90 vector atomic. Emitter contracts and nvcc (0 spills / 0 stack)."""
+sm_90 vector atomic; hoisted value loads at batch 1. Emitter contracts and nvcc (0 spills / 0 stack)."""
 import os
 import shutil
 
@@ -18,20 +18,17 @@ def test_vec_eligibility_and_name():
     assert emit.vec_eligible(S3, KernelConfig(4, 4, 32, 32, 4)) and emit.vec_eligible(S3, KernelConfig(4, 8, 32, 64, 2))
     assert not emit.vec_eligible(S3, KernelConfig(4, 8, 32, 64, 1))                          # nt 1: already adjacent
     assert not emit.vec_eligible(ConvShape(20, 42, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 20, 32, 4))  # 42 % 4
-    assert not emit.vec_eligible(S3, KernelConfig(4, 8, 16, 64, 2), groups=2)
-    with pytest.raises(ValueError, match="vec"):
-        emit.render_sparse(S3, 1, KernelConfig(4, 8, 32, 64, 1), vec=True)
     cfg = KernelConfig(4, 4, 32, 32, 4)
-    k, plain = emit.render_sparse(S3, 8, cfg), emit.render_sparse(S3, 8, cfg, vec=False)  # vec is the default
-    assert k == emit.render_sparse(S3, 8, cfg, vec=True) and k.name == cfg.name(S3, 8)
-    assert plain.name == k.name + "_s" and k.steps[-1]["grid"] == plain.steps[-1]["grid"]
-    assert emit.render_sparse(S3, 8, KernelConfig(4, 8, 32, 64, 1), vec=False).name == KernelConfig(4, 8, 32, 64, 1).name(S3, 8)
+    k = emit.render_sparse(S3, 8, cfg)                                                       # vec where eligible
+    assert k.name == cfg.name(S3, 8)
     assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source and "float4* dst" in k.source
     assert "atomicAdd(dst + 0 * THREADS, o0);" in k.source             # tc 32 < C: vector atomics
-    whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2), vec=True)
+    whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2))
     assert "snn_cp8(" in whole.source and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
-    ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4), vec=True)
+    ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4))
     assert "if (n0 + 0 * THREADS * 4 < N)" in ragged.source and "n0 + 0 * THREADS * 4 < N ? wp + rs * N + 0 * THREADS * 4 : weight" in ragged.source
+    strided = emit.render_sparse(ConvShape(20, 42, 9, 11, 3, 3, (1, 1), (1, 1)), 3, KernelConfig(4, 4, 20, 32, 4))
+    assert "const int n0 = tile_n * NB + threadIdx.x;" in strided.source and "float4" not in strided.source
 
 
 def test_vec_nt8_two_vectors_per_tap_and_pixel():
@@ -48,18 +45,14 @@ def test_vec_nt8_two_vectors_per_tap_and_pixel():
     assert "wr[rs][7] = w1.w;" in src and "const int n0 = tile_n * NB + threadIdx.x * 4;" in src
 
 
-def test_hoist_loads_every_used_pixel_before_the_tests():
+def test_hoist_loads_every_used_pixel_before_the_tests_at_batch_1():
     cfg = KernelConfig(4, 4, 32, 32, 4)
-    plain, hoisted = emit.render_sparse(S3, 32, cfg), emit.render_sparse(S3, 32, cfg, hoist=True)
-    assert hoisted.name == plain.name + "_h" and hoisted.steps[-1]["grid"] == plain.steps[-1]["grid"]
-    at1 = emit.render_sparse(S3, 1, cfg)                                        # hoisted: the default at batch 1
-    assert at1.name == cfg.name(S3, 1) and "ld.volatile.shared.f32" in at1.source
-    assert emit.render_sparse(S3, 1, cfg, hoist=False).name == cfg.name(S3, 1) + "_nh"
-    assert "ld.volatile" not in emit.render_sparse(S3, 1, cfg, loop="switch").source
-    with pytest.raises(ValueError, match="hoist"):
-        emit.render_sparse(S3, 1, cfg, loop="switch", hoist=True)
+    hoisted, plain = emit.render_sparse(S3, 1, cfg), emit.render_sparse(S3, 32, cfg)
+    assert hoisted.name == cfg.name(S3, 1) and emit.hoist_default(S3, 1, cfg) and not emit.hoist_default(S3, 32, cfg)
     assert hoisted.source.count("ld.volatile.shared.f32") == 36 and "const float v = xv35;" in hoisted.source
     assert "ld.volatile" not in plain.source and "const float v = xc[35 * KC];" in plain.source
+    big = KernelConfig(7, 7, 32, 32, 2)                  # 81 values + 98 accumulators + 18 taps: past HOIST_REGS_MAX
+    assert not emit.hoist_default(S3, 1, big) and "ld.volatile" not in emit.render_sparse(S3, 1, big).source
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
@@ -69,19 +62,8 @@ def test_vec_kernels_compile_without_spills():
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 32, KernelConfig(1, 14, 128, 32, 8)),
              (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), 1, KernelConfig(2, 4, 16, 32, 8)),
              (ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4))]
-    ks = [emit.render_sparse(sh, b, c, vec=True, loop=loop) for sh, b, c in cases for loop in emit.LOOPS]
+    ks = [emit.render_sparse(sh, b, c) for sh, b, c in cases]
+    assert all(emit.vec_eligible(sh, c) for sh, _, c in cases)
     report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))
     assert set(report) == {k.name for k in ks}
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
-
-
-def test_ring_depth_and_chunk_overrides_are_named_and_checked():
-    sh = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
-    cfg = KernelConfig(1, 7, 128, 32, 8)
-    k = emit.render_sparse(sh, 32, cfg, wd=16, kc=64)
-    assert k.name == cfg.name(sh, 32) + "_wd16_kc64" and "#define WD 16" in k.source and "#define KC 64" in k.source
-    assert emit.render_sparse(sh, 32, cfg, wd=4).name == cfg.name(sh, 32)        # 4 is kernel_rules' depth
-    with pytest.raises(ValueError, match="kc must divide"):
-        emit.render_sparse(sh, 32, cfg, kc=48)
-    with pytest.raises(ValueError, match="static shared memory"):
-        emit.render_sparse(S3, 32, KernelConfig(4, 4, 32, 32, 4), wd=16)   # 16 x 9 taps x 128 channels x 4 B

@@ -3,17 +3,14 @@ one staged copy of input and weights. Config naming, the emitter's contract with
 model's resource rules, and nvcc (0 spills / 0 stack). The planner's family rules: tests/test_plan_space.py."""
 import os
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
+from kernel_cases import warp_tiled_cases
 from nvcc_units import compile_units
 
 from snn.codegen import emit, kernel_rules
 from snn.codegen.config import KernelConfig
-from snn.codegen.gpu import load_gpu
-from snn.codegen.plan import estimate_resources, plan_shape, ws_space
-from snn.codegen.plan import space as plan_space
+from snn.codegen.plan import estimate_resources
 from snn.codegen.plan.resources import REG_BASE
 from snn.codegen.spec import ConvShape
 
@@ -41,11 +38,10 @@ def test_render_dispatches_and_launch_matches_rules():
     assert k.steps[0] == {"op": "memset", "buffer": "output"}                       # tc 64 < C: atomics
     assert k.steps[1]["block"] == [32, 4, 1] and k.steps[1]["grid"] == [4, 8, 32] and k.steps[1]["smem"] == r["SMEM"]
     assert f"#define KC {r['KC']}" in k.source and f"__launch_bounds__(NTHR, {r['MINB']})" in k.source
-    assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM (run16-ws)
+    assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM
     assert estimate_resources(S14, cfg) == (min(64 + 36 + REG_BASE, 128), r["SMEM"])
     whole = emit.render_sparse(S14, 8, KernelConfig(4, 4, 256, 32, 4, 2, 4))
     assert len(whole.steps) == 1 and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
-    assert emit.render_sparse_ws(S14, 8, cfg, kc=8, hoist=True).name == cfg.name(S14, 8) + "_k8_h"
 
 
 def test_ragged_shapes_get_their_guards():
@@ -64,8 +60,6 @@ def test_unsupported_configs_raise():
                 KernelConfig(8, 16, 64, 32, 1, 2, 2)):          # a warp window of 10 x 18 = 180 pixels: > 4 words
         with pytest.raises(ValueError):
             emit.render_sparse(S14, 8, cfg)
-    with pytest.raises(ValueError, match="warp-tiled"):
-        emit.render_sparse(S14, 8, KernelConfig(4, 4, 64, 32, 4, 2, 2), loop="switch")
     with pytest.raises(ValueError):
         emit.render_sparse(ConvShape(64, 42, 14, 14, 3, 3, (1, 1), (1, 1)), 8,
                            KernelConfig(4, 4, 64, 32, 2, 2, 2))                                   # N % 4
@@ -73,9 +67,7 @@ def test_unsupported_configs_raise():
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
 def test_ws_kernels_compile_without_spills():
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import check_kernels as ck
-    ks = [k for k, _, b in ck.ws_check_items() if b == 3]
+    ks = [k for k, _, b in warp_tiled_cases() if b == 3]
     report = compile_units([k.source for k in ks], max(1, min(8, os.cpu_count() or 1)))
     assert set(report) == {k.name for k in ks}
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
@@ -83,31 +75,8 @@ def test_ws_kernels_compile_without_spills():
     assert r["registers"] <= kernel_rules.ws_params(S14, KernelConfig(4, 4, 64, 32, 4, 2, 2))["REG_CAP"]
 
 
-def test_channel_loop_variants_render():
-    """The experiments of run22-ws-inner: suffixes, and each variant's loads where it says they are."""
+def test_channel_loop_tests_each_used_pixel_once():
+    """The pixel loop: one warp-uniform bit test per in-tile pixel that feeds an output, values read where set."""
     cfg = KernelConfig(2, 7, 128, 32, 4, 7, 2)
-    used = emit.used_pixels(S14, cfg)                 # halo pixels that feed an output: one test each
-    base = emit.render_sparse_ws(S14, 32, cfg)
-    assert "ld.volatile.shared" not in base.source and base.source.count("if (m[") == used
-    pre = emit.render_sparse_ws(S14, 32, cfg, variant="pre4")
-    assert pre.name == base.name + "_vpre4" and pre.source.count("ld.volatile.shared.f32 %0") == used
-    cpre = emit.render_sparse_ws(S14, 32, cfg, variant="cpre4").source
-    assert cpre.count("@q ld.volatile.shared.f32") == used
-    nz = emit.render_sparse_ws(S14, 32, cfg, variant="nz").source
-    assert "switch (__ffs(mm) - 1)" in nz and nz.count("case ") == used and "if (m[" not in nz
-
-
-def test_batch1_grid_and_plans_of_run25():
-    """check_kernels --ws-b1: a grid of planned-family configs with small channel tiles, and both batch-1 plans (the
-    classic-only one of before session 7, the warp-tiled one) without leaving WS_MIN_BATCH changed."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-    import check_kernels as ck
-    grid = ck.ws_b1_grid(S14)
-    assert grid and set(grid) <= set(ws_space(S14)) and {c.tc for c in grid} == {8, 16, 32}
-    assert all(c.warp_tiled and 2 <= c.wh * c.ww <= 8 for c in grid)
-    keep = plan_space.WS_MIN_BATCH
-    plans = ck.b1_plans(S14, [0.5, 0.9])
-    assert plan_space.WS_MIN_BATCH == keep
-    assert not any(c.warp_tiled for c in plans["now"].values())
-    assert plans["ws_b1"] == {lv: ch.config for lv, ch in plan_shape(S14, load_gpu("h100"), 1, [0.5, 0.9]).items()}
-    assert any(c.warp_tiled for c in plans["ws_b1"].values())   # what WS_MIN_BATCH = 1 changed
+    base = emit.render_sparse(S14, 32, cfg).source
+    assert "ld.volatile.shared" not in base and base.count("if (m[") == emit.used_pixels(S14, cfg)

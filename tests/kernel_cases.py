@@ -1,0 +1,78 @@
+"""The kernels the tests compile with nvcc (tests/test_emit*.py) and check on the GPU against float64
+(tests/gpu/test_kernels.py), rendered exactly as `snn-codegen build` renders them. The shapes and configs
+are picked to reach every branch of the templates: ragged C, N, P and Q; atomics (tc < C) and direct
+stores; nt 1, 2, 4 and 8, strided and thread-contiguous channels; hoisted (batch 1) and plain loads;
+1x1, 3x3, 5x5 and 7x7 filters, strides 1 and 2.
+
+Each case is (EmittedKernel, ConvShape, batch).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from snn.codegen import emit
+from snn.codegen.config import KernelConfig
+from snn.codegen.spec import ConvShape, load_spec
+
+RESNET50 = Path(__file__).resolve().parents[1] / "network_specs" / "resnet50.yaml"
+
+
+def example_configs(shape: ConvShape) -> list[KernelConfig]:
+    """Two hand-picked classic configs per shape (the planner picks for real).
+
+    Registers: th*tw*nt accumulators + R*S*nt weights stay well under 255. The first config splits C
+    into tiles of 32 (atomics); the second keeps all of C in one block where C <= 256 (direct store).
+    """
+    rs = shape.R * shape.S
+    if rs >= 49:
+        tiles = [(4, 4, 1), (4, 8, 1)]
+    elif rs > 1:
+        tiles = [(4, 8, 2), (7, 7, 2)]
+    else:
+        tiles = [(4, 4, 4), (7, 7, 2)]
+    out = []
+    for i, (th, tw, nt) in enumerate(tiles):
+        th, tw = min(th, shape.P), min(tw, shape.Q)
+        threads = max(32, min(128, (shape.N // nt) // 32 * 32))
+        tc = min(shape.C, 32) if i == 0 else (shape.C if shape.C <= 256 else 64)
+        out.append(KernelConfig(th, tw, tc, threads, nt))
+    return out
+
+
+def resnet50_cases(batches=(1,)) -> list[tuple]:
+    """example_configs on every distinct ResNet-50 conv shape, at each batch."""
+    return [(emit.render_sparse(sh, b, cfg), sh, b) for sh in load_spec(RESNET50).conv_shapes()
+            for cfg in example_configs(sh) for b in batches]
+
+
+def classic_cases() -> list[tuple]:
+    """resnet50_cases at batch 1 (hoisted loads where they fit) and, for the first config, batch 3 (plain
+    loads, a batch past one image); ragged and strided shapes; nt 8 (two float4 a tap and pixel), atomics and
+    direct stores, at batch 1 and 3."""
+    out = []
+    ragged = [ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0))]
+    for sh in load_spec(RESNET50).conv_shapes() + ragged:
+        for i, cfg in enumerate(example_configs(sh)):
+            out += [(emit.render_sparse(sh, b, cfg), sh, b) for b in ((1, 3) if i == 0 or sh in ragged else (1,))]
+    for sh in (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)),
+               ConvShape(256, 512, 56, 56, 1, 1, (2, 2), (0, 0)), ConvShape(40, 256, 9, 11, 3, 3, (2, 2), (1, 1))):
+        for cfg in (KernelConfig(2, 4, min(32, sh.C), 32, 8), KernelConfig(1, 7, sh.C, 32, 8)):
+            cfg = KernelConfig(min(cfg.th, sh.P), min(cfg.tw, sh.Q), cfg.tc, cfg.threads, cfg.nt)
+            out += [(emit.render_sparse(sh, b, cfg), sh, b) for b in (1, 3)]
+    return out
+
+
+def warp_tiled_cases() -> list[tuple]:
+    """Warp-tiled kernels: ragged C (a chunk past C), N (past the last block's channels) and P/Q (warps
+    past the output), atomics and direct stores, nt 1/2/4/8, a 5x5 filter, a 1x1 conv, batch 1 and 3."""
+    cases = [(ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2)),
+             (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 4, 36, 32, 1, 4, 2)),
+             (ConvShape(64, 72, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 16, 32, 2, 1, 2)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 64, 32, 4, 2, 2)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 256, 32, 4, 2, 4)),
+             (ConvShape(512, 512, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 128, 32, 8, 2, 2)),
+             (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 128, 32, 1, 2, 4)),
+             (ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 7, 32, 32, 4, 2, 2)),
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 128, 32, 8, 2, 2)),
+             (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2))]
+    return [(emit.render_sparse(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
