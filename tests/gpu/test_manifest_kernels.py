@@ -1,12 +1,13 @@
-"""Every kernel variant of every cache built for this GPU (generated/<network>/<gpu>/manifest.json) against
-torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output poisoned with NaN first,
-relative error < 1e-5. Skips where no cache was built (`snn-codegen build ...` first).
+"""Every kernel of every bundle built for this GPU (generated/<network>/<gpu>/manifest.json, or under
+$SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output
+poisoned with NaN first, relative error < 1e-5. Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,6 +15,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
+from snn.codegen import bundle  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
 
@@ -33,11 +35,6 @@ def _manifests():
     return found
 
 
-class _Cache:  # what CudaBackend needs from a loaded cache
-    def __init__(self, doc):
-        self.epilogue = doc["epilogue"]
-
-
 def relu_like(shape, sparsity, gen):
     """Gaussian values shifted so that the wanted share is <= 0, then ReLU: zeros where real activations
     have them, never all zero."""
@@ -51,11 +48,14 @@ def to_layout(w_ncrs, layout):
 
 
 @pytest.mark.parametrize("path", _manifests() or [pytest.param(None, marks=pytest.mark.skip(
-    reason="no cache built for this GPU under generated/ (run snn-codegen build)"))])
+    reason="no bundle built for this GPU under generated/ (run snn-codegen build)"))])
 def test_every_kernel_matches_float64(path):
     doc = json.loads(path.read_text())
-    dev = Device()
-    backend = CudaBackend(dev, _Cache(doc))
+    problems = bundle.verify(path.parent, doc)
+    assert not problems, problems[:3]
+    for entry in bundle.cubin_entries(doc).values():  # paths in the manifest are relative to the bundle
+        entry["cubin"] = str(path.parent / entry["cubin"])
+    backend = CudaBackend(Device(), SimpleNamespace(epilogue=doc["epilogue"]))
     gen = torch.Generator(device="cuda").manual_seed(1234)
     results, worst = [], 0.0
     for name, k in sorted(doc["kernels"].items()):

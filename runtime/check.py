@@ -1,0 +1,122 @@
+"""Rendered kernels on the GPU against torch in float64.
+
+A bundle's kernels run through the executor; this runs kernels straight from the emitter (no plan, no
+bundle): compiled through codegen/compile.py (the cubin cache), loaded and launched through runtime/cuda.py
+with the executor's own launch code (kernels.CudaBackend: a kernel's steps, the epilogue's grid), so a
+kernel is checked the way a bundle runs it.
+
+Inputs are ReLU-like (positive values with the given share zeroed, never all zero), outputs are filled
+with NaN first (an output a kernel leaves unwritten fails), and the reference is torch's conv2d in float64
+on the same float32 values; a kernel passes within TOLERANCE of the largest reference value.
+
+Used by tests/gpu/test_kernels.py and by the tools that time or profile rendered kernels.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from snn.codegen.cache import CubinCache
+from snn.codegen.compile import Compiler, problems
+from snn.codegen.emit import EmittedKernel, render_epilogue
+from snn.codegen.spec import ConvShape
+
+from .cuda import Device, import_torch
+from .kernels import CudaBackend
+
+TOLERANCE = 1e-5
+# (batch, channels, height, width, residual, relu, in place): vector (C % 4 == 0) and scalar paths
+EPILOGUE_CASES = [(3, 64, 56, 56, True, True, False), (1, 64, 1000, 1, False, True, True),
+                  (1, 3, 777, 1, True, False, False), (1, 30, 7, 7, False, True, False)]
+
+
+def relu_input(torch, shape_bhwc, sparsity: float, gen):
+    """NHWC float32 activations in [0.05, 1.05), about `sparsity` of them zero, never all of them."""
+    x = torch.rand(shape_bhwc, generator=gen, device="cuda") + 0.05
+    x = torch.where(torch.rand(shape_bhwc, generator=gen, device="cuda") < sparsity, torch.zeros_like(x), x)
+    if not bool((x != 0).any()):
+        x.view(-1)[0] = 1.0
+    return x.contiguous()
+
+
+def conv_float64(torch, x_bhwc, w_crsn, shape: ConvShape):
+    """torch's conv2d in float64 of NHWC input and CRSN weights, NHWC out."""
+    x = x_bhwc.double().permute(0, 3, 1, 2)
+    w = w_crsn.double().permute(3, 0, 1, 2)  # CRSN -> NCRS
+    y = torch.nn.functional.conv2d(x, w, stride=shape.stride, padding=shape.padding)
+    return y.permute(0, 2, 3, 1).contiguous()
+
+
+class KernelRunner:
+    """Compile rendered kernels for this GPU (and the epilogue) and run them on torch's current stream."""
+
+    def __init__(self, cache: CubinCache | None = None, jobs: int | None = None, device: Device | None = None):
+        self.torch = import_torch()
+        self.dev = device or Device()
+        self.arch = "sm_%d%d" % self.dev.compute_capability
+        self.compiler = Compiler(cache, jobs)
+        self.records: dict[str, dict] = {}
+        epi_name, epi_source = render_epilogue()
+        self._compile({epi_name: epi_source})
+        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name}
+        self.backend = CudaBackend(self.dev, SimpleNamespace(epilogue=epilogue))
+
+    def _compile(self, sources: dict[str, str]) -> dict[str, list[str]]:
+        records = self.compiler.compile(sources, self.arch).records
+        self.records.update(records)
+        return {name: why for name, rec in records.items() if (why := problems(rec))}
+
+    def compile(self, kernels: list[EmittedKernel]) -> dict[str, list[str]]:
+        """Compile what the cache lacks; returns the kernels with a stack frame or spills, and why."""
+        return self._compile({k.name: k.source for k in kernels})
+
+    def run(self, kernel: EmittedKernel, x, w, out) -> None:
+        """The kernel's steps (memset, launch) on NHWC input x, CRSN weights w and NHWC output out."""
+        entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps}
+        self.backend.sparse_conv(kernel.name, entry, x, w, out, {}, None)
+
+    def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen) -> dict:
+        torch = self.torch
+        x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
+        w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
+        out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda")
+        self.run(kernel, x, w, out)
+        torch.cuda.synchronize()
+        want = conv_float64(torch, x, w, shape)
+        err, scale = float((out.double() - want).abs().max()), float(want.abs().max())
+        nan = int(torch.isnan(out).sum())
+        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "max_abs_err": err,
+                "max_abs_ref": scale, "nan": nan, "ok": nan == 0 and err <= TOLERANCE * scale + TOLERANCE}
+
+    def check_convs(self, cases, seed: int = 0) -> list[dict]:
+        """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each."""
+        gen = self.torch.Generator(device="cuda")
+        gen.manual_seed(seed)
+        rows = []
+        for k, shape, batch in cases:
+            sparsity = 0.4 + 0.55 * float(self.torch.rand(1, generator=gen, device="cuda"))
+            rows.append(self.check_conv(k, shape, batch, sparsity, gen))
+        return rows
+
+    def check_epilogue(self, seed: int = 2) -> list[dict]:
+        """snn_epilogue through the executor's launch: values and zero count against torch."""
+        torch = self.torch
+        gen = torch.Generator(device="cuda")
+        gen.manual_seed(seed)
+        rows = []
+        for b, c, h, w, residual, relu, in_place in EPILOGUE_CASES:
+            def tensor(*shape):
+                return torch.randn(shape, generator=gen, device="cuda")
+            x = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last)
+            scale, shift = tensor(c), tensor(c)
+            res = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last) if residual else None
+            want = x * scale.view(1, c, 1, 1) + shift.view(1, c, 1, 1) + (res if residual else 0)
+            want = want.clamp_min(0) if relu else want
+            out = x if in_place else torch.full_like(x, float("nan"))
+            zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+            self.backend.epilogue(x, scale, shift, res, out, zeros, 0, relu)
+            torch.cuda.synchronize()
+            err, nz = float((out - want).abs().max()), int((out == 0).sum())
+            rows.append({"shape": [b, c, h, w], "residual": residual, "relu": relu, "in_place": in_place,
+                         "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz,
+                         "ok": err < TOLERANCE and int(zeros.item()) == nz and (not relu or nz > 0)})
+        return rows
