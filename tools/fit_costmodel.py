@@ -1,29 +1,21 @@
-"""Fit the "snn" cost model's stage-3 constants to the H100 measurements committed in docs/results,
-and compare the models' picks with the measured best (docs/costmodel.md, "Fitted to H100
-measurements"). CPU only, from the committed files.
+"""Fit the "snn" cost model's stage-3 constants to measured kernel times and score the models' picks
+against them (docs/costmodel.md, "Fitted to H100 measurements"). CPU only; the measurements are the
+files you name.
 
-    python tools/fit_costmodel.py dataset            # -> docs/results/costmodel/h100_dataset.csv
-    python tools/fit_costmodel.py fit                # least squares in log space: the constants
-    python tools/fit_costmodel.py report [--loso]    # old vs new (and paper): pick ratio, rank correlation
-    python tools/fit_costmodel.py holdout JSON...    # the fitted model on check_kernels bench JSONs it never saw
-    python tools/fit_costmodel.py cv                 # fit without run6's batch-B rows, score them (B = 8, 32)
-    python tools/fit_costmodel.py fitws              # the warp-tiled family's constants (SNN_FIT_WS) on WS_DATA
-    python tools/fit_costmodel.py picks --out P.json # the reference grid and both models' picks, before a run
-    python tools/fit_costmodel.py scorepicks P.json BENCH.json [--md OUT.md]   # ... scored after it
+    python tools/fit_costmodel.py picks --out picks.json           # layers, a grid of configs, the plan's picks
+    python tools/bench_kernels.py picks.json --out bench           # on the GPU: bench/bench.json
+    python tools/fit_costmodel.py scorepicks picks.json bench/bench.json [--md OUT.md]
+    python tools/fit_costmodel.py dataset BENCH... --out data.csv  # the rows a fit sees
+    python tools/fit_costmodel.py fit BENCH...                     # SNN_FIT on the classic rows: least squares in log space
+    python tools/fit_costmodel.py fitws BENCH...                   # SNN_FIT_WS on the warp-tiled rows
+    python tools/fit_costmodel.py report BENCH... [--loso]         # the models' picks against the best measured
+    python tools/fit_costmodel.py cv BENCH...                      # fit without each batch size, score it
+    python tools/fit_costmodel.py holdout BENCH...                 # the current constants, per model and batch
 
-Dataset: one row per (shape, config, batch, level) with a measured median time of the kernel's
-steps (memset when tc < C + the conv kernel), the same emitter as today's (`mask` pixel loop):
-  run3   docs/results/kernels/run3-perf-v2/v2/all.json: every candidate of 8 3x3 layers, batch 1 and 32,
-         levels 0.5/0.7/0.9/0.99 (`_switch` kernels dropped: the build emits `mask`)
-  run4   docs/results/kernels/run4-perf-v3-reverted/v3/all.json: the same layout, kept only where the v3
-         emitter's weight ring depth equals today's (tc <= 4: byte-identical kernels)
-  calib  docs/results/h100/bench/calibrate_resnet152.json: the exhaustive 24 configs x 4 shapes (batch 1,
-         0.7) and the plan's pick per level 0.40..0.90
-  layers docs/results/h100/bench/layers_{resnet152,densenet201,vgg19}.json: the plan's pick per shape,
-         batch 1/8/32 and level 0.5/0.7/0.9
-  run6   docs/results/kernels/run6-images/bench.json: the one-image kernels of that bench (8 3x3 + 4 1x1
-         ResNet-152 layers, batch 8 and 32, tc = min(C, 128), levels 0.5/0.7/0.9/0.99)
-Duplicates (same kernel, batch, level from several files) are averaged.
+BENCH: JSON written by tools/bench_kernels.py (plain or .gz). One row per (shape, config, batch, level)
+with the kernel's measured time (its steps: memset when tc < C + the conv kernel); the same kernel
+measured in several files is averaged, and a time more than GLITCH times the same kernel's at a lower
+level (a kernel cannot get that much slower when its input gets sparser) is dropped as a glitch.
 """
 from __future__ import annotations
 
@@ -32,207 +24,129 @@ import csv
 import gzip
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tools"))
+from snn.codegen import emit
+from snn.codegen.config import KernelConfig
+from snn.codegen.gpu import load_gpu
+from snn.codegen.plan import DEFAULT_LEVELS, MODELS, parse_levels, plan_shape, space
+from snn.codegen.plan.models import stage3
+from snn.codegen.plan.models.snn import SNN_FIT, SNN_FIT_WS
+from snn.codegen.plan.movement import stage2
+from snn.codegen.plan.occupancy import table_occupancy
+from snn.codegen.plan.tables import space_table, table
+from snn.codegen.spec import ConvShape
 
-from snn.codegen.config import KernelConfig  # noqa: E402
-from snn.codegen.gpu import load_gpu  # noqa: E402
-from snn.codegen.kernel_rules import weight_ring_depth  # noqa: E402
-from snn.codegen.plan import models, movement, occupancy, planner, space, tables  # noqa: E402
-from snn.codegen.plan.models import snn as snn_model  # noqa: E402
-from snn.codegen.spec import ConvShape  # noqa: E402
-from fit_resources import parse_kernel  # noqa: E402
-
-# The current cost model under the names it had as one module, codegen/costmodel.py: the functions below take
-# either this or that module of an earlier commit, loaded from git (before_model).
-cm = SimpleNamespace(__name__="snn.codegen.plan", _table=tables.table, _occupancy=occupancy.table_occupancy,
-                     _time=models.stage3, _space_table=tables.space_table, _stage2=movement.stage2,
-                     _configs=space.configs, ws_space=space.ws_space, plan_shape=planner.plan_shape,
-                     SNN_FIT=snn_model.SNN_FIT, SNN_FIT_WS=snn_model.SNN_FIT_WS, WS_MIN_BATCH=space.WS_MIN_BATCH)
-
-RES = ROOT / "docs/results"
-CSV_DEFAULT = RES / "costmodel/h100_dataset.csv"
-RUN6 = RES / "kernels/run6-images/bench.json"
 GPU = load_gpu("h100")
-MIN_GROUP = 5
+MIN_GROUP = 5       # measured configs a (shape, batch, level) needs to be scored
 GLITCH = 2.0
-DROPPED: list = []
+
+_NAME = re.compile(r"sconv_r(\d+)s(\d+)_str(\d+)_pad(\d+)_c(\d+)n(\d+)_h(\d+)w(\d+)_th(\d+)tw(\d+)tc(\d+)_t(\d+)n(\d+)"
+                   r"(?:_w(\d+)x(\d+))?_b(\d+)$")
 
 
-def _v3_depth(shape: ConvShape, c: KernelConfig) -> int:
-    """emit.weight_ring_depth with run4's constants (WEIGHT_RING_DEPTH 16, WEIGHT_RING_LIMIT 24 KB)."""
-    slot = shape.R * shape.S * c.threads * c.nt * 4
-    return max(1, min(16, c.tc, 24 * 1024 // slot))
+def parse_kernel(name: str) -> tuple[ConvShape, KernelConfig, int] | None:
+    """(shape, config, batch) of a sparse kernel's name (KernelConfig.name); None for any other name."""
+    m = _NAME.match(name)
+    if not m:
+        return None
+    R, S, st, pd, C, N, H, W, th, tw, tc, t, nt, wh, ww, b = (int(v) if v else 1 for v in m.groups())
+    return ConvShape(C, N, H, W, R, S, (st, st), (pd, pd)), KernelConfig(th, tw, tc, t, nt, wh, ww), b
 
 
-def dataset() -> list[dict]:
-    raw: dict[tuple, list] = defaultdict(list)
+def _read(path: Path) -> dict:
+    text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
+    return json.loads(text)
 
-    def add(name: str, level: float, us: float, source: str, batch: int | None = None) -> None:
-        p = parse_kernel(name)
-        if p is None or us is None:
-            return
-        shape, cfg, b = p
-        raw[(shape, cfg, batch or b, round(float(level), 2))].append((float(us), source))
 
-    for run, src in (("run3-perf-v2/v2", "run3"), ("run4-perf-v3-reverted/v3", "run4")):
-        for row in json.loads((RES / "kernels" / run / "all.json").read_text())["bench"]:
+def load_rows(paths: list[Path]) -> list[dict]:
+    """The rows of bench JSON files (module docstring)."""
+    raw: dict[tuple, list[float]] = defaultdict(list)
+    for path in paths:
+        for row in _read(path)["bench"]:
             for name, us in row["all_us"].items():
                 p = parse_kernel(name)
-                if p and (src == "run3" or _v3_depth(p[0], p[1]) == weight_ring_depth(p[0], p[1])):
-                    add(name, row["sparsity"], us, src)
-    cal = json.loads((RES / "h100/bench/calibrate_resnet152.json").read_text())
-    for ex in cal["exhaustive"]:
-        for c in ex["candidates"]:
-            add(c["kernel"], ex["level"], c.get("measured_us"), "calib")
-    for key, m in cal["measurements"].items():
-        _, _, level, name = key.split("|")
-        add(name, float(level), m["sparse_us"], "calib")
-    for r in holdout_rows([RUN6]):
-        raw[(r["shape"], r["config"], r["batch"], r["level"])].append((r["us"], "run6"))
-    for net in ("resnet152", "densenet201", "vgg19"):
-        for sh in json.loads((RES / f"h100/bench/layers_{net}.json").read_text())["shapes"]:
-            for b, bb in sh["batches"].items():
-                for lv, x in bb["levels"].items():
-                    add(x["kernel"], float(lv), x["times"]["sparse"]["median_us"], "layers", int(b))
-    # A kernel cannot get GLITCH times slower when its input gets sparser: such a time is a glitch of the
-    # measurement (run3 has 301.7 µs for a batch-1 kernel that takes 20.6 at 0.7 and 16.7 at 0.99).
-    # Dropped, and listed by `dataset`.
-    mean = {k: float(np.mean([u for u, _ in v])) for k, v in raw.items()}
+                if p:
+                    raw[(p[0], p[1], p[2], round(float(row["sparsity"]), 2))].append(float(us))
+    mean = {k: float(np.mean(v)) for k, v in raw.items()}
     by_cfg: dict[tuple, list] = defaultdict(list)
     for (shape, cfg, b, lv), u in mean.items():
         by_cfg[(shape, cfg, b)].append((lv, u))
-    rows = []
-    for (shape, cfg, b, lv), v in raw.items():
-        lower = [u for l2, u in by_cfg[(shape, cfg, b)] if l2 < lv]
-        if lower and mean[(shape, cfg, b, lv)] > GLITCH * min(lower):
-            DROPPED.append((shape.tag(), cfg.tag(), b, lv, round(mean[(shape, cfg, b, lv)], 2), round(min(lower), 2)))
+    rows, dropped = [], 0
+    for (shape, cfg, b, lv), u in mean.items():
+        lower = [u2 for l2, u2 in by_cfg[(shape, cfg, b)] if l2 < lv]
+        if lower and u > GLITCH * min(lower):
+            dropped += 1
             continue
-        rows.append({"shape": shape, "config": cfg, "batch": b, "level": lv, "us": float(np.mean([u for u, _ in v])),
-                     "sources": "+".join(sorted({s for _, s in v}))})
-    rows.sort(key=lambda r: (r["shape"].tag(), r["batch"], r["level"], r["config"]))
-    return rows
+        rows.append({"shape": shape, "config": cfg, "batch": b, "level": lv, "us": u})
+    if dropped:
+        print(f"dropped {dropped} glitches (> {GLITCH}x the same kernel's time at a lower level)", file=sys.stderr)
+    return sorted(rows, key=lambda r: (r["shape"].tag(), r["batch"], r["level"], r["config"]))
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["shape", "th", "tw", "tc", "threads", "nt", "batch", "level", "measured_us", "sources"])
+        w.writerow(["shape", "th", "tw", "tc", "threads", "nt", "wh", "ww", "batch", "level", "measured_us"])
         for r in rows:
             c = r["config"]
-            w.writerow([r["shape"].tag(), c.th, c.tw, c.tc, c.threads, c.nt, r["batch"], r["level"], f"{r['us']:.3f}",
-                        r["sources"]])
+            w.writerow([r["shape"].tag(), c.th, c.tw, c.tc, c.threads, c.nt, c.wh, c.ww, r["batch"], r["level"],
+                        f"{r['us']:.3f}"])
 
 
-def holdout_rows(paths: list[Path]) -> list[dict]:
-    """Rows of check_kernels bench JSONs (the `mask` kernels of the build's emitter: no `_switch`, no
-    `_g`/`_i` variants), for scoring a model on measurements it was not fitted to."""
-    import re
-    raw: dict[tuple, list] = defaultdict(list)
-    for path in paths:
-        text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-        for row in json.loads(text)["bench"]:
-            for name, us in row["all_us"].items():
-                if re.search(r"_b\d+_", name) or name.endswith("_switch"):
-                    continue
-                p = parse_kernel(name)
-                if p:
-                    raw[(p[0], p[1], p[2], round(float(row["sparsity"]), 2))].append(float(us))
-    return sorted(({"shape": sh, "config": c, "batch": b, "level": lv, "us": float(np.mean(v)), "sources": "holdout"}
-                   for (sh, c, b, lv), v in raw.items()), key=lambda r: (r["shape"].tag(), r["batch"], r["level"], r["config"]))
+# ---------------------------------------------------------------- predictions
 
-
-# ---------------------------------------------------------------- features and predictions
-
-def _arrays(shape: ConvShape, cfgs: list[KernelConfig], mod=cm) -> dict:
-    keys = ("th", "tw", "tc", "threads", "nt") + (("wh", "ww") if hasattr(mod, "ws_space") else ())
-    return mod._table(shape, *(np.array([getattr(c, k) for c in cfgs]) for k in keys))
-
-
-BEFORE = "f9bfb70"  # the cost model before this refit (its resource estimate and stage 3)
-PREVIOUS = "9118a6e"  # session 5's final model (warp-tiled configs for 3x3 convs only); run17-run21: bba7efc
-
-
-def before_model(commit: str = BEFORE):
-    """codegen/costmodel.py as of `commit`, loaded from git as module codegen._costmodel_<commit>."""
-    import importlib.util
-    import subprocess
-    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{commit}:codegen/costmodel.py"], capture_output=True,
-                         text=True, check=True).stdout
-    spec = importlib.util.spec_from_loader(f"codegen._costmodel_{commit}", loader=None)
-    mod = importlib.util.module_from_spec(spec)
-    mod.__package__ = "codegen"
-    sys.modules[spec.name] = mod
-    sys.modules.setdefault("codegen.occupancy", occupancy)  # its `from .occupancy import block_limits`: now plan's
-    exec(compile(src, f"{commit}:codegen/costmodel.py", "exec"), mod.__dict__)
-    return mod
-
-
-def predict(rows: list[dict], model: str, consts: dict | None = None, mod=cm,
-            ws_consts: dict | None = None) -> np.ndarray:
-    """Predicted µs of every row (whether or not its config survives stages 1-2)."""
-    out = np.empty(len(rows))
-    extra = {"consts": consts, "ws_consts": ws_consts} if mod is cm else {}
-    for (shape, batch, level), ii, tab, occ in _prepared(rows, mod):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out[ii] = mod._time(shape, GPU, tab, occ, batch, 1.0 - level, model, np.arange(len(ii)), **extra)["predicted_us"]
-    # what cannot launch (no block fits an SM under that model's estimate) is never picked
-    return np.where(np.isfinite(out) & (out > 0), out, np.inf)
+def _arrays(shape: ConvShape, cfgs: list[KernelConfig]) -> dict:
+    keys = ("th", "tw", "tc", "threads", "nt", "wh", "ww")
+    return table(shape, *(np.array([getattr(c, k) for c in cfgs]) for k in keys))
 
 
 _PREP: dict[tuple, list] = {}
 
 
-def _prepared(rows: list[dict], mod) -> list:
-    """Per (shape, batch, level): row indices, config table and occupancy; cached (the fit calls
-    predict a few hundred times on the same rows)."""
-    key = (id(rows), len(rows), mod.__name__)
+def _prepared(rows: list[dict]) -> list:
+    """Per (shape, batch, level): row indices, config table and occupancy; cached (a fit calls predict a
+    few hundred times on the same rows)."""
+    key = (id(rows), len(rows))
     if key not in _PREP:
         by: dict[tuple, list[int]] = defaultdict(list)
         for i, r in enumerate(rows):
             by[(r["shape"], r["batch"], r["level"])].append(i)
         out = []
         for k, ii in by.items():
-            tab = _arrays(k[0], [rows[i]["config"] for i in ii], mod)
-            out.append((k, np.array(ii), tab, mod._occupancy(tab, GPU)))
+            tab = _arrays(k[0], [rows[i]["config"] for i in ii])
+            out.append((k, np.array(ii), tab, table_occupancy(tab, GPU)))
         _PREP[key] = out
     return _PREP[key]
 
 
-def groups_by_batch(rows: list[dict]) -> dict[int, list[np.ndarray]]:
-    """groups(rows) split by batch, batches ascending (those with no group left out)."""
-    out: dict[int, list[np.ndarray]] = {}
-    for g in groups(rows):
-        out.setdefault(rows[g[0]]["batch"], []).append(g)
-    return dict(sorted(out.items()))
+def predict(rows: list[dict], model: str, consts: dict | None = None, ws_consts: dict | None = None) -> np.ndarray:
+    """Predicted µs of every row (whether or not its config survives stages 1-2); inf where the model
+    finds that no block fits an SM (such a config is never picked)."""
+    out = np.empty(len(rows))
+    for (shape, batch, level), ii, tab, occ in _prepared(rows):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            out[ii] = stage3(shape, GPU, tab, occ, batch, 1.0 - level, model, np.arange(len(ii)),
+                               consts=consts, ws_consts=ws_consts)["predicted_us"]
+    return np.where(np.isfinite(out) & (out > 0), out, np.inf)
 
 
-def by_batch(rows: list[dict], pred: np.ndarray, model: str) -> str:
-    """Mean pick ratio per batch: stages 1-2 first / stage 3 alone."""
-    surv = survivors(rows, model)
-    return "; ".join(f"batch {b}: {score(rows, pred, surv, gb)['mean_ratio']:.3f} / {score(rows, pred, None, gb)['mean_ratio']:.3f}"
-                     f" ({len(gb)} groups)" for b, gb in groups_by_batch(rows).items())
-
-
-def survivors(rows: list[dict], model: str, mod=cm) -> np.ndarray:
+def survivors(rows: list[dict], model: str) -> np.ndarray:
     """True where the row's config survives stages 1-2 of `model` for its shape, batch and level."""
     out = np.zeros(len(rows), bool)
     cache: dict[tuple, set] = {}
     for i, r in enumerate(rows):
         key = (r["shape"], r["batch"], r["level"])
         if key not in cache:
-            tab = mod._space_table(r["shape"])
-            idx2, _, _ = mod._stage2(r["shape"], GPU, r["batch"], 1.0 - r["level"], model)
-            cache[key] = set(mod._configs(tab, idx2))
+            tab = space_table(r["shape"])
+            idx2, _, _ = stage2(r["shape"], GPU, r["batch"], 1.0 - r["level"], model)
+            cache[key] = set(space.configs(tab, idx2))
         out[i] = r["config"] in cache[key]
     return out
 
@@ -246,6 +160,13 @@ def groups(rows: list[dict]) -> list[np.ndarray]:
     return [np.array(v) for v in by.values() if len(v) >= MIN_GROUP]
 
 
+def groups_by_batch(rows: list[dict]) -> dict[int, list[np.ndarray]]:
+    out: dict[int, list[np.ndarray]] = {}
+    for g in groups(rows):
+        out.setdefault(rows[g[0]]["batch"], []).append(g)
+    return dict(sorted(out.items()))
+
+
 def _spearman(a: np.ndarray, b: np.ndarray) -> float:
     ra, rb = (np.argsort(np.argsort(x)).astype(float) for x in (a, b))
     if ra.std() == 0 or rb.std() == 0:
@@ -254,9 +175,9 @@ def _spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def score(rows: list[dict], pred: np.ndarray, surv: np.ndarray | None = None, gs: list[np.ndarray] | None = None) -> dict:
-    """Per group: the model's pick among the measured configs (stage-1/2 survivors when any are
-    measured, else all of them), measured time of the pick / the best measured; and Spearman's rank
-    correlation of predicted vs measured over the group."""
+    """Per group: the model's pick among the measured configs (stage-1/2 survivors when any are measured,
+    else all of them), measured time of the pick / the best measured; and Spearman's rank correlation of
+    predicted vs measured over the group."""
     us = np.array([r["us"] for r in rows])
     ratios, rhos, per = [], [], []
     for g in gs if gs is not None else groups(rows):
@@ -270,8 +191,7 @@ def score(rows: list[dict], pred: np.ndarray, surv: np.ndarray | None = None, gs
                     rows[g[np.argmin(us[g])]]["config"].tag(), us[g].min()))
     ratios = np.array(ratios)
     return {"groups": len(ratios), "mean_ratio": float(ratios.mean()), "max_ratio": float(ratios.max()),
-            "within_5pct": float((ratios <= 1.05).mean()), "rho": float(np.mean(rhos)), "per": per,
-            "log_rmse": None}
+            "within_5pct": float((ratios <= 1.05).mean()), "rho": float(np.mean(rhos)), "per": per}
 
 
 def log_rmse(rows: list[dict], pred: np.ndarray) -> float:
@@ -281,38 +201,37 @@ def log_rmse(rows: list[dict], pred: np.ndarray) -> float:
     return float(np.sqrt(np.mean(np.log(pred[ok] / us[ok]) ** 2)))
 
 
-# ---------------------------------------------------------------- a fresh held-out bench
+def by_batch(rows: list[dict], pred: np.ndarray, model: str) -> str:
+    """Mean pick ratio per batch: stages 1-2 first / stage 3 alone."""
+    surv = survivors(rows, model)
+    return "; ".join(f"batch {b}: {score(rows, pred, surv, gb)['mean_ratio']:.3f} / "
+                     f"{score(rows, pred, None, gb)['mean_ratio']:.3f} ({len(gb)} groups)"
+                     for b, gb in groups_by_batch(rows).items())
 
+
+# ---------------------------------------------------------------- picks: what to measure, before measuring it
+
+# (label, C, N, H): ResNet-152's and DenseNet-201's 3x3 layers (stride 1, pad 1) and ResNet-152's 1x1 ones
+LAYERS_3X3 = [("resnet152 64->64 @56", 64, 64, 56), ("resnet152 128->128 @28", 128, 128, 28),
+              ("resnet152 256->256 @14", 256, 256, 14), ("resnet152 512->512 @7", 512, 512, 7),
+              ("densenet201 128->32 @56", 128, 32, 56), ("densenet201 128->32 @28", 128, 32, 28),
+              ("densenet201 128->32 @14", 128, 32, 14), ("densenet201 128->32 @7", 128, 32, 7)]
+LAYERS_1X1 = [("resnet152 1x1 1024->256 @14", 1024, 256, 14), ("resnet152 1x1 256->1024 @14", 256, 1024, 14),
+              ("resnet152 1x1 512->128 @28", 512, 128, 28), ("resnet152 1x1 128->512 @28", 128, 512, 28),
+              ("resnet152 1x1 2048->512 @7", 2048, 512, 7), ("resnet152 1x1 512->2048 @7", 512, 2048, 7)]
 PICK_BATCHES, PICK_LEVELS = (1, 8, 32), (0.6, 0.8)
 
 
-def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The 'exhaustive' reference grid of `picks`: tiles 4x4/4x8/7x7/8x8, 32-128 threads x nt 1-4
-    (NB <= max(N, 32), <= 64 accumulators), tc 8/32 at batch 1 and 32/64 at batch > 1 (run6 had
-    only min(C, 128)); for 1x1 convs also 1x7/2x4/1x14 tiles, nt 8 and tc 128 at batch > 1 (where run11
-    and run12 found their fastest kernels); the warp-tiled configs of ws_grid; configs the emitter cannot
-    build are left out."""
-    return sorted(set(_classic_grid(shape, batch)) | set(ws_grid(shape, batch)))
-
-
-WS_GRID_TILES = ((4, 4, 4), (4, 4, 2), (4, 8, 2), (4, 8, 1), (8, 8, 1), (4, 4, 8), (2, 7, 4), (2, 7, 2), (2, 7, 1),
-                 (7, 2, 4))
-WS_GRID_TILES_1X1 = ((1, 7, 8), (1, 14, 8), (2, 7, 8), (1, 7, 4), (2, 7, 4), (4, 4, 4), (2, 4, 8))
-
-
-def ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The warp-tiled part of the grid (batch >= plan.space.WS_MIN_BATCH): warp tiles WS_GRID_TILES that fit
-    N, blocks 2x2 / 2x4 / 4x2 / 1x2 / 2x1 and the exact 7-row / 7-column ones, tc 32 / 64 / 128 (run16-ws's
-    and run19-exact's winners are among them)."""
-    import check_kernels as ck
-    if batch < cm.WS_MIN_BATCH:
-        return []
-    return ck.ws_configs(shape, WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES,
-                         ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1)), (32, 64, 128))
+def layers(kinds: str = "both") -> list[tuple[str, ConvShape]]:
+    three = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in LAYERS_3X3]
+    one = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in LAYERS_1X1]
+    return {"3x3": three, "1x1": one, "both": three + one}[kinds]
 
 
 def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    from snn.codegen import emit
+    """Tiles 4x4/4x8/7x7/8x8, 32-128 threads x nt 1-4 (NB <= max(N, 32), <= 64 accumulators), tc 8/32 at
+    batch 1 and 32/64 at batch > 1; for 1x1 convs also 1x7/2x4/1x14 tiles, nt 8 and tc 128 at batch > 1;
+    what the emitter cannot build left out."""
     one = shape.R * shape.S == 1
     tiles = ((4, 4), (4, 8), (7, 7), (8, 8)) + (((1, 7), (2, 4), (1, 14)) if one else ())
     chans = ((32, 1), (64, 1), (128, 1), (32, 2), (64, 2), (32, 4)) + (((32, 8), (64, 8)) if one else ())
@@ -330,86 +249,103 @@ def _classic_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
                 except ValueError:
                     continue
                 out.append(c)
-    return sorted(set(out))
+    return out
 
 
-def picks(batches=PICK_BATCHES, one_by_one: bool = True, pick_levels=PICK_LEVELS, only_1x1: bool = False,
-          previous: str = PREVIOUS) -> dict:
-    """Written before the device run that measures it: per layer of check_kernels' twelve (eight without
-    the 1x1 ones), batch and level, the reference grid and the plan's pick (full configuration space, the
-    build's level sweep) of the current "snn" model and of `previous`'s."""
-    import check_kernels as ck
-    from snn.codegen.plan import DEFAULT_LEVELS, parse_levels
-    prev = before_model(previous)
-    layers = [(lab, ConvShape(c, n, h, h, 3, 3, (1, 1), (1, 1))) for lab, c, n, h in ck.BENCH_LAYERS]
-    if only_1x1:  # the six ResNet-152 1x1 layers of check_kernels --tune1x1
-        layers = [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.ONE_BY_ONE_LAYERS]
-    elif one_by_one:
-        layers += [(lab, ConvShape(c, n, h, h, 1, 1, (1, 1), (0, 0))) for lab, c, n, h in ck.GROUP_EXTRA_LAYERS]
+WS_GRID_TILES = ((4, 4, 4), (4, 4, 2), (4, 8, 2), (4, 8, 1), (8, 8, 1), (4, 4, 8), (2, 7, 4), (2, 7, 2), (2, 7, 1),
+                 (7, 2, 4))
+WS_GRID_TILES_1X1 = ((1, 7, 8), (1, 14, 8), (2, 7, 8), (1, 7, 4), (2, 7, 4), (4, 4, 4), (2, 4, 8))
+WS_GRID_WARPS = ((2, 2), (2, 4), (4, 2), (1, 2), (2, 1), (7, 1), (7, 2), (2, 7), (4, 1))
+
+
+def _ws_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """Warp-tiled configs (batch >= plan.space.WS_MIN_BATCH) of plan.space.ws_space(one_by_one=True): warp tiles
+    (th, tw, nt) of WS_GRID_TILES clipped to P and Q, blocks of WS_GRID_WARPS, tc 32 / 64 / 128 clipped to C."""
+    if batch < space.WS_MIN_BATCH:
+        return []
+    allowed = set(space.ws_space(shape, one_by_one=True))
+    tiles = WS_GRID_TILES_1X1 if shape.R * shape.S == 1 else WS_GRID_TILES
+    return [c for th, tw, nt in tiles for wh, ww in WS_GRID_WARPS for tc in (32, 64, 128)
+            for c in [KernelConfig(min(th, shape.P), min(tw, shape.Q), min(tc, shape.C), 32, nt, wh, ww)]
+            if c in allowed]
+
+
+def pick_grid(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """The reference grid `picks` writes: both families, wider than what the planner keeps."""
+    return sorted(set(_classic_grid(shape, batch)) | set(_ws_grid(shape, batch)))
+
+
+def picks(batches=PICK_BATCHES, kinds: str = "both", pick_levels=PICK_LEVELS) -> dict:
+    """Written before the device run that measures it: per layer, batch and level, the reference grid and the
+    plan's pick (full configuration space, the build's level sweep) of the "snn" model."""
     levels = parse_levels(DEFAULT_LEVELS)
     out = []
-    for label, sh in layers:
+    for label, sh in layers(kinds):
+        conv = {"C": sh.C, "N": sh.N, "H": sh.H, "W": sh.W, "R": sh.R, "S": sh.S, "stride": list(sh.stride),
+                "padding": list(sh.padding)}
         for b in batches:
-            now = cm.plan_shape(sh, GPU, b, levels, "snn")
-            old = prev.plan_shape(sh, GPU, b, levels, "snn")
-            grid = pick_grid(sh, b)
+            plan = plan_shape(sh, GPU, b, levels, "snn")
+            grid = [c.to_dict() for c in pick_grid(sh, b)]
             for lv in pick_levels:
-                out.append({"layer": label, "shape": sh.tag(), "C": sh.C, "N": sh.N, "H": sh.H, "R": sh.R, "batch": b,
-                            "level": lv, "grid": [c.tag() for c in grid], "plan_now": now[lv].config.tag(),
-                            "plan_now_us": round(now[lv].predicted_us, 2), "plan_previous": old[lv].config.tag(),
-                            "plan_previous_us": round(old[lv].predicted_us, 2)})
-    return {"gpu": GPU.name, "model_now": "snn (this commit)", "model_previous": f"snn at {previous}",
-            "levels": list(pick_levels), "batches": list(batches), "groups": out}
+                out.append({"layer": label, "shape": sh.tag(), "conv": conv, "batch": b, "level": lv, "grid": grid,
+                            "plan": plan[lv].config.to_dict(), "plan_us": round(plan[lv].predicted_us, 2)})
+    return {"gpu": GPU.name, "model": "snn", "levels": list(pick_levels), "batches": list(batches), "groups": out}
 
 
 def score_picks(spec: dict, bench: dict) -> str:
-    """Markdown: per group, measured time of each model's plan pick over the best measured kernel (the
-    grid and both picks), and of the current model's pick among the grid alone; means per batch."""
+    """Markdown: per group, the measured time of the plan's pick over the best measured kernel (the grid and
+    the pick), and of the model's pick among the grid alone; means per batch."""
     meas = {(r["shape"], r["batch"], round(float(r["sparsity"]), 2)): r["all_us"] for r in bench["bench"]}
-    lines = ["| layer | B | sparsity | best µs (kernel) | now: pick µs, ratio | previous: pick µs, ratio | now, grid only: ratio |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
-    ratios: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    lines = ["| layer | B | sparsity | best µs (kernel) | plan: pick µs, ratio | grid only: ratio |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    ratios: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for g in spec["groups"]:
         all_us = meas.get((g["shape"], g["batch"], round(float(g["level"]), 2)))
         if not all_us:
             continue
-        name = lambda tag: f"sconv_{g['shape']}_{tag}_b{g['batch']}"  # noqa: E731
+        c = g["conv"]
+        shape = ConvShape(c["C"], c["N"], c["H"], c["W"], c["R"], c["S"], tuple(c["stride"]), tuple(c["padding"]))
         best_name = min(all_us, key=all_us.get)
         best = all_us[best_name]
-        t_now, t_prev = all_us.get(name(g["plan_now"]), math.nan), all_us.get(name(g["plan_previous"]), math.nan)
-        # the current model's choice among the grid alone (stages 1-2 first, as `report` scores)
-        rows = [{"shape": sh, "config": c, "batch": g["batch"], "level": g["level"], "us": all_us[name(t)]}
-                for t in g["grid"] if name(t) in all_us for sh, c, _ in [parse_kernel(name(t))]]
-        pred = predict(rows, "snn")
-        surv = survivors(rows, "snn")
+        plan = KernelConfig.from_dict(g["plan"])
+        t_plan = all_us.get(plan.name(shape, g["batch"]), math.nan)
+        # the model's choice among the grid alone (stages 1-2 first, as `report` scores)
+        rows = [{"shape": shape, "config": cfg, "batch": g["batch"], "level": g["level"], "us": all_us[n]}
+                for cfg in map(KernelConfig.from_dict, g["grid"]) for n in [cfg.name(shape, g["batch"])] if n in all_us]
+        if not rows:
+            continue
+        pred, surv = predict(rows, "snn"), survivors(rows, "snn")
         cand = np.flatnonzero(surv & np.isfinite(pred)) if (surv & np.isfinite(pred)).any() else np.flatnonzero(np.isfinite(pred))
-        t_grid = rows[cand[np.argmin(pred[cand])]]["us"]
-        ratios[g["batch"]].append((t_now / best, t_prev / best, t_grid / min(r["us"] for r in rows)))
+        t_grid = rows[cand[np.argmin(pred[cand])]]["us"] / min(r["us"] for r in rows)
+        ratios[g["batch"]].append((t_plan / best, t_grid))
         lines.append(f"| {g['layer']} | {g['batch']} | {g['level']} | {best:.1f} ({best_name.split('_', 6)[-1]}) | "
-                     f"{t_now:.1f} ({g['plan_now']}), {t_now / best:.2f} | {t_prev:.1f} ({g['plan_previous']}), "
-                     f"{t_prev / best:.2f} | {t_grid / min(r['us'] for r in rows):.2f} |")
-    lines += ["", "| batch | groups | now: mean ratio | previous: mean ratio | now, grid only |", "| --- | --- | --- | --- | --- |"]
+                     f"{t_plan:.1f} ({plan.tag()}), {t_plan / best:.2f} | {t_grid:.2f} |")
+    lines += ["", "| batch | groups | plan: mean ratio | grid only |", "| --- | --- | --- | --- |"]
     every = []
     for b, v in sorted(ratios.items()):
         every += v
         m = np.nanmean(np.array(v), axis=0)
-        lines.append(f"| {b} | {len(v)} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} |")
-    m = np.nanmean(np.array(every), axis=0)
-    lines.append(f"| all | {len(every)} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} |")
+        lines.append(f"| {b} | {len(v)} | {m[0]:.3f} | {m[1]:.3f} |")
+    if every:
+        m = np.nanmean(np.array(every), axis=0)
+        lines.append(f"| all | {len(every)} | {m[0]:.3f} | {m[1]:.3f} |")
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- fitting
 
+WS_FIXED = ("w_ins",)  # not used by the warp-tiled family
+
+
 def fit(rows: list[dict], start: dict | None = None, ws: bool = False) -> dict:
     """Least squares of log(predicted / measured) over all rows, constants kept positive: SNN_FIT, or with `ws`
-    SNN_FIT_WS (the warp-tiled family's, WS_FIXED left as they are; every batch size weighs the same)."""
+    SNN_FIT_WS (WS_FIXED left as they are; every batch size weighs the same)."""
     from scipy.optimize import least_squares
-    base = cm.SNN_FIT_WS if ws else cm.SNN_FIT
+    base = SNN_FIT_WS if ws else SNN_FIT
     names = [n for n in base if not (ws and n in WS_FIXED)]
     x0 = np.log([float((start or base)[k]) for k in names])
     us = np.array([r["us"] for r in rows])
-    per_batch = defaultdict(int)
+    per_batch: dict[int, int] = defaultdict(int)
     for r in rows:
         per_batch[r["batch"]] += 1
     weight = np.array([1.0 / np.sqrt(per_batch[r["batch"]]) if ws else 1.0 for r in rows])
@@ -423,49 +359,40 @@ def fit(rows: list[dict], start: dict | None = None, ws: bool = False) -> dict:
     return {**(base if ws else {}), **dict(zip(names, (float(v) for v in np.exp(sol.x))))}
 
 
-# The warp-tiled family's measurements with the current timer and template, or close to them: run25-b1 (batch 1, this
-# template and timer), exhaustive-s6's uniform half (batch 32, session 6's template before the leaner header:
-# 0.92-0.99x, run24-hdr) and run22-1x1 (its batch-32 rows: at batch 8 the old timer could catch the host).
-WS_DATA = (RES / "kernels/run25-b1/bench/bench.json.gz", RES / "h100/exhaustive-s6/uniform/bench.json",
-           RES / "kernels/run22-1x1/bench/bench.json")
-WS_FIXED = ("w_ins",)  # not used by the warp-tiled family
-
-
-def ws_rows(paths=WS_DATA) -> list[dict]:
-    return [r for r in holdout_rows(list(paths)) if r["config"].warp_tiled and r["batch"] in (1, 32)]
-
-
 def ws_report(rows: list[dict], fitted: dict) -> str:
-    """Per batch and conv kind: log rmse and pick ratio (stages 1-2 first) of SNN_FIT_WS now and of `fitted`; then
-    each kind held out (fitted on the other kind's rows, scored on its own)."""
+    """Warp-tiled rows per batch and conv kind: log bias, log rmse and pick ratio (stages 1-2 first) of
+    SNN_FIT_WS now and of `fitted`; then each kind held out (fitted on the other kind's rows); then the pick
+    where both families were measured."""
     out = ["| rows | batch | model | log bias | log rmse | pick / best (groups) |",
            "| --- | --- | --- | --- | --- | --- |"]
+    ws_rows = [r for r in rows if r["config"].warp_tiled]
     kinds = {"3x3": lambda r: r["shape"].R == 3, "1x1": lambda r: r["shape"].R == 1}
 
-    def line(label, rr, consts):
+    def line(label, rr, consts, which):
         for b in sorted({r["batch"] for r in rr}):
             sub = [r for r in rr if r["batch"] == b]
             pred = predict(sub, "snn", ws_consts=consts)
             err = np.log(pred / np.array([r["us"] for r in sub]))
-            s = score(sub, pred, survivors(sub, "snn"))
-            out.append(f"| {label} | {b} | {'fitted' if consts else 'current'} | {err.mean():+.3f} | "
-                       f"{np.sqrt((err ** 2).mean()):.3f} | {s['mean_ratio']:.3f} ({s['groups']}) |")
+            s = score(sub, pred, survivors(sub, "snn")) if groups(sub) else {"mean_ratio": math.nan, "groups": 0}
+            out.append(f"| {label} | {b} | {which} | {err.mean():+.3f} | {np.sqrt((err ** 2).mean()):.3f} | "
+                       f"{s['mean_ratio']:.3f} ({s['groups']}) |")
     for k, f in kinds.items():
-        rr = [r for r in rows if f(r)]
-        line(k, rr, None)
-        line(k, rr, fitted)
-        other = fit([r for r in rows if not f(r)], ws=True)
-        line(f"{k}, held out", rr, other)
-    # what decides the build: the pick among both families where both were measured
-    both = [r for r in holdout_rows(list(WS_DATA)) if r["batch"] in (1, 32)]
-    out += ["", "Both families measured (classic rows: the plans' picks and the samples' classic configs): pick / "
-            "best, stages 1-2 first", "", "| batch | current | fitted | groups |", "| --- | --- | --- | --- |"]
-    for b in (1, 32):
-        sub = [r for r in both if r["batch"] == b]
-        gs = [g for g in groups(sub) if len({sub[i]["config"].warp_tiled for i in g}) == 2]
-        surv = survivors(sub, "snn")
-        now, fit_ = (score(sub, predict(sub, "snn", ws_consts=c), surv, gs)["mean_ratio"] for c in (None, fitted))
-        out.append(f"| {b} | {now:.3f} | {fit_:.3f} | {len(gs)} |")
+        rr = [r for r in ws_rows if f(r)]
+        other = [r for r in ws_rows if not f(r)]
+        if not rr:
+            continue
+        line(k, rr, None, "current")
+        line(k, rr, fitted, "fitted")
+        if other:
+            line(f"{k}, held out", rr, fit(other, ws=True), "fitted on the rest")
+    out += ["", "Both families measured: pick / best, stages 1-2 first", "",
+            "| batch | current | fitted | groups |", "| --- | --- | --- | --- |"]
+    surv = survivors(rows, "snn")
+    for b, gb in groups_by_batch(rows).items():
+        gs = [g for g in gb if len({rows[i]["config"].warp_tiled for i in g}) == 2]
+        if gs:
+            now, new = (score(rows, predict(rows, "snn", ws_consts=c), surv, gs)["mean_ratio"] for c in (None, fitted))
+            out.append(f"| {b} | {now:.3f} | {new:.3f} | {len(gs)} |")
     return "\n".join(out)
 
 
@@ -473,115 +400,109 @@ def _fmt(c: dict) -> str:
     return ", ".join(f"{k}={v:.4g}" for k, v in c.items())
 
 
+# ---------------------------------------------------------------- commands
+
+def report(rows: list[dict], loso: bool, show_groups: bool) -> None:
+    print(f"{len(rows)} rows, {len(groups(rows))} groups of >= {MIN_GROUP} measured configs")
+    print("model | groups | mean ratio | max ratio | picks within 5 % | mean Spearman | log rmse")
+    for model in MODELS:
+        pred = predict(rows, model)
+        for restrict in (False, True):
+            s = score(rows, pred, survivors(rows, model) if restrict else None)
+            print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {s['groups']} | {s['mean_ratio']:.3f} | "
+                  f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f} | {log_rmse(rows, pred):.3f}")
+            if not restrict:
+                for b, gb in groups_by_batch(rows).items():
+                    sb = score(rows, pred, survivors(rows, model), gb)
+                    print(f"    batch {b}, stages 1-2 first: {sb['groups']} groups, mean ratio {sb['mean_ratio']:.3f}, "
+                          f"Spearman {sb['rho']:.3f}")
+            if show_groups and restrict:
+                for g in s["per"]:
+                    print("   ", *g)
+    if loso:  # each shape with a group: SNN_FIT fitted on the other shapes' classic rows, scored on its own
+        gs_all = groups(rows)
+        pred = predict(rows, "snn")
+        for sh in sorted({rows[g[0]]["shape"] for g in gs_all}, key=lambda s: s.tag()):
+            c = fit([r for r in rows if r["shape"] != sh and not r["config"].warp_tiled], SNN_FIT)
+            ii = [i for i, r in enumerate(rows) if r["shape"] == sh]
+            pred[ii] = predict([rows[i] for i in ii], "snn", c)
+            print(f"  without {sh.tag()}: {_fmt(c)}")
+        for restrict in (False, True):
+            s = score(rows, pred, survivors(rows, "snn") if restrict else None, gs_all)
+            print(f"snn, leave one shape out{' (stages 1-2 first)' if restrict else ''} | {s['groups']} | "
+                  f"{s['mean_ratio']:.3f} | {s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f} | -")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("dataset").add_argument("--out", type=Path, default=CSV_DEFAULT)
-    sub.add_parser("fit")
-    r = sub.add_parser("report")
-    r.add_argument("--loso", action="store_true", help="also leave one shape out: fit without it, score it")
-    r.add_argument("--groups", action="store_true", help="print every group's picks")
-    sub.add_parser("cv")
-    pk = sub.add_parser("picks")
+    pk = sub.add_parser("picks", help="the layers, a grid of configs and the plan's picks, for bench_kernels.py")
     pk.add_argument("--out", type=Path, required=True)
     pk.add_argument("--batches", default=",".join(map(str, PICK_BATCHES)))
-    pk.add_argument("--no-1x1", action="store_true", help="the eight 3x3 layers only")
     pk.add_argument("--levels", default=",".join(map(str, PICK_LEVELS)))
-    pk.add_argument("--only-1x1", action="store_true", help="the six ResNet-152 1x1 layers only")
-    pk.add_argument("--previous", default=PREVIOUS, help="the commit whose model's picks go beside this one's")
-    sp = sub.add_parser("scorepicks")
+    pk.add_argument("--layers", choices=("both", "3x3", "1x1"), default="both")
+    sp = sub.add_parser("scorepicks", help="the plan's picks of a picks file against its measurements")
     sp.add_argument("picks", type=Path)
     sp.add_argument("bench", type=Path)
     sp.add_argument("--md", type=Path, default=None)
-    sub.add_parser("fitws", help="fit SNN_FIT_WS on WS_DATA; report current vs fitted, each conv kind held out")
-    h = sub.add_parser("holdout")
-    h.add_argument("json", nargs="+", type=Path, help="tools/check_kernels.py bench JSON files")
+    for name, what in (("dataset", "write the rows as CSV"), ("fit", "fit SNN_FIT"), ("fitws", "fit SNN_FIT_WS"),
+                       ("report", "score the models"), ("cv", "fit without each batch size, score it"),
+                       ("holdout", "score the current constants per model and batch")):
+        c = sub.add_parser(name, help=what)
+        c.add_argument("bench", nargs="+", type=Path, help="tools/bench_kernels.py JSON files")
+        if name == "dataset":
+            c.add_argument("--out", type=Path, required=True)
+        if name == "report":
+            c.add_argument("--loso", action="store_true", help="also leave one shape out: fit without it, score it")
+            c.add_argument("--groups", action="store_true", help="print every group's picks")
     a = p.parse_args()
-    if a.cmd == "holdout":
-        rows = holdout_rows(a.json)
-        print(f"{len(rows)} rows, {len(groups(rows))} groups of >= {MIN_GROUP} measured configs (not in the fit)")
-        print("model | batch | groups | mean ratio | max ratio | picks within 5 % | mean Spearman")
-        for model in ("snn", "pipes", "paper"):
-            pred = predict(rows, model)
-            for restrict in (False, True):
-                for b, gb in groups_by_batch(rows).items():
-                    s = score(rows, pred, survivors(rows, model) if restrict else None, gb)
-                    print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | {s['mean_ratio']:.3f} | "
-                          f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
-        return
-    if a.cmd == "fitws":
-        rows = ws_rows()
-        c = fit(rows, ws=True)
-        print(f"{len(rows)} warp-tiled rows; fitted: {_fmt(c)}")
-        print(ws_report(rows, c))
-        return
     if a.cmd == "picks":
         a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), not a.no_1x1,
-                                          tuple(float(v) for v in a.levels.split(",")), a.only_1x1, a.previous),
-                                    indent=1))
+        a.out.write_text(json.dumps(picks(tuple(int(b) for b in a.batches.split(",")), a.layers,
+                                          tuple(float(v) for v in a.levels.split(","))), indent=1))
         print(f"wrote {a.out}")
         return
     if a.cmd == "scorepicks":
-        md = score_picks(json.loads(a.picks.read_text()), json.loads(a.bench.read_text()))
+        md = score_picks(json.loads(a.picks.read_text()), _read(a.bench))
         print(md)
         if a.md:
             a.md.write_text(md + "\n")
         return
-    rows = dataset()
-    if a.cmd == "cv":
-        print("held out | constants fitted on the rest | pick ratio, stages 1-2 first / stage 3 alone")
-        for b in (8, 32):
-            test = [r for r in rows if r["sources"] == "run6" and r["batch"] == b]
-            c = fit([r for r in rows if not (r["sources"] == "run6" and r["batch"] == b)], cm.SNN_FIT)
-            print(f"run6 batch {b} | {_fmt(c)} | {by_batch(test, predict(test, 'snn', c), 'snn')}, "
-                  f"log rmse {log_rmse(test, predict(test, 'snn', c)):.3f}")
-        return
+    rows = load_rows(a.bench)
+    classic = [r for r in rows if not r["config"].warp_tiled]  # what SNN_FIT prices
     if a.cmd == "dataset":
         write_csv(rows, a.out)
-        src = defaultdict(int)
-        for r in rows:
-            src[r["sources"]] += 1
-        print(f"{len(rows)} rows, {len({r['shape'] for r in rows})} shapes, {len(groups(rows))} groups of >= {MIN_GROUP} "
-              f"configs; by source: {dict(src)} -> {a.out}")
-        print(f"dropped as glitches (> {GLITCH}x the same kernel's time at a lower level): {DROPPED}")
+        print(f"{len(rows)} rows, {len({r['shape'] for r in rows})} shapes, {len(groups(rows))} groups of "
+              f">= {MIN_GROUP} configs -> {a.out}")
     elif a.cmd == "fit":
-        c = fit(rows)
-        print(_fmt(c))
-        print(f"log rmse: fitted {log_rmse(rows, predict(rows, 'snn', c)):.3f}")
-    else:
+        c = fit(classic)
+        print(f"{len(classic)} classic rows; fitted: {_fmt(c)}")
+        print(f"log rmse: now {log_rmse(classic, predict(classic, 'snn')):.3f}, "
+              f"fitted {log_rmse(classic, predict(classic, 'snn', c)):.3f}")
+    elif a.cmd == "fitws":
+        ws = [r for r in rows if r["config"].warp_tiled]
+        c = fit(ws, ws=True)
+        print(f"{len(ws)} warp-tiled rows; fitted: {_fmt(c)}")
+        print(ws_report(rows, c))
+    elif a.cmd == "report":
+        report(rows, a.loso, a.groups)
+    elif a.cmd == "cv":
+        print("held out | constants fitted on the rest | pick ratio, stages 1-2 first / stage 3 alone")
+        for b in sorted({r["batch"] for r in classic}):
+            test = [r for r in classic if r["batch"] == b]
+            c = fit([r for r in classic if r["batch"] != b], SNN_FIT)
+            print(f"batch {b} | {_fmt(c)} | {by_batch(test, predict(test, 'snn', c), 'snn')}, "
+                  f"log rmse {log_rmse(test, predict(test, 'snn', c)):.3f}")
+    else:  # holdout
         print(f"{len(rows)} rows, {len(groups(rows))} groups of >= {MIN_GROUP} measured configs")
-        print("model | groups | mean ratio | max ratio | picks within 5 % | mean Spearman | log rmse")
-        old = before_model()
-        for label, model, mod in ((f"paper, before ({BEFORE})", "paper", old), ("paper, now", "paper", cm),
-                                  (f"snn, before ({BEFORE})", "snn", old), ("snn, now", "snn", cm)):
-            pred = predict(rows, model, mod=mod)
+        print("model | batch | groups | mean ratio | max ratio | picks within 5 % | mean Spearman")
+        for model in MODELS:
+            pred = predict(rows, model)
             for restrict in (False, True):
-                s = score(rows, pred, survivors(rows, model, mod) if restrict else None)
-                print(f"{label}{' (stages 1-2 first)' if restrict else ''} | {s['groups']} | {s['mean_ratio']:.3f} | "
-                      f"{s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f} | {log_rmse(rows, pred):.3f}")
-                if not restrict:  # by batch
-                    for b, gb in groups_by_batch(rows).items():
-                        sb = score(rows, pred, survivors(rows, model, mod), gb)
-                        print(f"    batch {b}, stages 1-2 first: {sb['groups']} groups, mean ratio "
-                              f"{sb['mean_ratio']:.3f}, Spearman {sb['rho']:.3f}")
-                if a.groups and restrict:
-                    for g in s["per"]:
-                        print("   ", *g)
-        if a.loso:
-            # for each shape with a group: fit on every row of the other shapes, score its groups
-            gs_all = groups(rows)
-            shapes = sorted({rows[g[0]]["shape"] for g in gs_all}, key=lambda s: s.tag())
-            pred = predict(rows, "snn")
-            for sh in shapes:
-                c = fit([r for r in rows if r["shape"] != sh], cm.SNN_FIT)
-                ii = [i for i, r in enumerate(rows) if r["shape"] == sh]
-                pred[ii] = predict([rows[i] for i in ii], "snn", c)
-                print(f"  without {sh.tag()}: {_fmt(c)}")
-            for restrict in (False, True):
-                s = score(rows, pred, survivors(rows, "snn") if restrict else None, gs_all)
-                print(f"snn, leave one shape out{' (stages 1-2 first)' if restrict else ''} | {s['groups']} | "
-                      f"{s['mean_ratio']:.3f} | {s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f} | -")
+                for b, gb in groups_by_batch(rows).items():
+                    s = score(rows, pred, survivors(rows, model) if restrict else None, gb)
+                    print(f"{model}{' (stages 1-2 first)' if restrict else ''} | {b} | {s['groups']} | "
+                          f"{s['mean_ratio']:.3f} | {s['max_ratio']:.3f} | {s['within_5pct']:.0%} | {s['rho']:.3f}")
 
 
 if __name__ == "__main__":

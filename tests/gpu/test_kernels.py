@@ -1,5 +1,5 @@
 """Rendered kernels on the GPU against torch in float64 (snn.runtime.check), compiled through the cubin cache
-($SNN_CACHE_DIR, else a folder of this test session): the cases of tests/kernel_cases.py."""
+($SNN_CACHE_DIR, else a temporary folder of the pytest run): the cases of tests/kernel_cases.py."""
 import os
 import shutil
 
