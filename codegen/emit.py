@@ -21,6 +21,7 @@ from pathlib import Path
 import jinja2
 
 from .config import KernelConfig
+# register_cap: re-exported with the rules the emitter renders with (tests check the cost model against them here)
 from .kernel_rules import (WS_MAX_WORDS, WS_SMEM_LIMIT, chunk_channels, min_blocks,  # noqa: F401
                            register_cap, weight_ring_depth, ws_eligible, ws_params)
 from .spec import ConvShape
