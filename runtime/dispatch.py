@@ -13,7 +13,7 @@ FORCE_MODES = ("auto", "dense", "sparse")
 _EPS = 1e-9  # levels are decimals printed as text; 0.45 measured must select level "0.45"
 NEVER = 1.0  # a threshold this high (runtime/calibrate.py: sparse never won) keeps the layer dense
 # What a decision on the device costs: a selector kernel + a SWITCH node in a CUDA graph, H100
-# (tools/bench_graph_overhead.py measured 8.7 us per layer). runtime/calibrate.py marks a layer
+# (measured 8.7 us per layer, docs/graphs.md). runtime/calibrate.py marks a layer
 # `static_kernel` (sparse at any sparsity, no decision) when deciding cannot win this back.
 DECISION_COST_US = 8.0
 
