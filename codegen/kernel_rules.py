@@ -37,13 +37,12 @@ def register_cap(threads: int, blocks: int) -> int:
     return min(255, 16384 // (warps_per_quadrant * 32) // 8 * 8)
 
 
-def min_blocks(shape: ConvShape, cfg: KernelConfig, groups: int = 1) -> int:
+def min_blocks(shape: ConvShape, cfg: KernelConfig) -> int:
     """Second __launch_bounds__ argument: the most blocks whose register cap still covers what the
     tile needs (accumulators + one channel's taps + REG_MARGIN), so more blocks fit on an SM;
-    with 1, ptxas took up to 254 registers for tiles needing ~160. A block of `groups` warp-groups
-    has threads * groups threads."""
+    with 1, ptxas took up to 254 registers for tiles needing ~160."""
     need = cfg.th * cfg.tw * cfg.nt + shape.R * shape.S * cfg.nt + REG_MARGIN
-    return most_blocks(cfg.threads * groups, need)
+    return most_blocks(cfg.threads, need)
 
 
 def most_blocks(threads: int, need: int, most: int = 32) -> int:
@@ -56,14 +55,14 @@ def most_blocks(threads: int, need: int, most: int = 32) -> int:
 
 
 def tile_smem_bytes(npix, kc, words, ring_bytes):
-    """Static shared memory of a one-group kernel: its tile (npix x kc floats), masks (kc x words) and weight
+    """Static shared memory of a classic kernel: its tile (npix x kc floats), masks (kc x words) and weight
     ring. Plain arithmetic, so the cost model applies it to whole arrays of configs."""
     return npix * kc * 4 + kc * words * 4 + ring_bytes
 
 
 def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SMEM_LIMIT) -> int:
     """Channels staged in shared memory at once (KC): divides tc, <= 32, tile + masks + weight ring
-    fit `budget` (STATIC_SMEM_LIMIT; per warp-group when a block has several, see group_budget)."""
+    fit `budget` (STATIC_SMEM_LIMIT)."""
     ih, iw = cfg.in_tile(shape)
     npix = ih * iw
     words = math.ceil(npix / 32)
@@ -72,50 +71,6 @@ def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SME
         if cfg.tc % kc == 0 and tile_smem_bytes(npix, kc, words, ring) <= budget:
             return kc
     raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
-
-
-# ---------------------------------------------------------------- in-block channel split (groups)
-
-MAX_GROUPS = 15                 # named barriers 1..15 (0 is __syncthreads)
-DYNAMIC_SMEM_LIMIT = 200 * 1024  # of the H100's 227 KB per block, for G > 1 (dynamic shared memory)
-GROUP_MAX_THREADS = 1024
-GROUP_REG_MARGIN = 56           # registers beyond accumulators + taps that a G > 1 kernel needs at most
-                                # to stay spill-free (ptxas: ~30-50 used at G = 1 beyond acc + taps)
-
-
-def group_budget(groups: int) -> int:
-    """Shared bytes one warp-group's tile + masks + ring may take: the static budget of G = 1, less
-    where G of them would not fit DYNAMIC_SMEM_LIMIT."""
-    return STATIC_SMEM_LIMIT if groups == 1 else min(STATIC_SMEM_LIMIT, DYNAMIC_SMEM_LIMIT // groups)
-
-
-def _pad4(n: int) -> int:
-    return -(-n // 4) * 4
-
-
-def group_layout(shape: ConvShape, cfg: KernelConfig, groups: int) -> dict:
-    """Floats of one warp-group's region of dynamic shared memory ([xs | masks | ring], each 16-byte
-    aligned), of the reduction buffer [G][TH*TW][NB] (aliasing the regions once every group is done),
-    and the dynamic shared bytes of the launch."""
-    ih, iw = cfg.in_tile(shape)
-    npix = ih * iw
-    kc = chunk_channels(shape, cfg, group_budget(groups))
-    xs = _pad4(npix * kc)
-    masks = _pad4(kc * math.ceil(npix / 32))
-    ring = weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt
-    region = xs + masks + _pad4(ring)
-    red = groups * cfg.th * cfg.tw * cfg.threads * cfg.nt
-    return dict(KC=kc, XS_FLOATS=xs, MASK_FLOATS=masks, GROUP_FLOATS=region, RED_FLOATS=red,
-                SMEM=4 * max(groups * region, red))
-
-
-def check_groups(shape: ConvShape, cfg: KernelConfig, groups: int) -> None:
-    if not 1 <= groups <= MAX_GROUPS:
-        raise ValueError(f"groups must be in [1, {MAX_GROUPS}] (named barriers)")
-    if cfg.threads * groups > GROUP_MAX_THREADS:
-        raise ValueError(f"{cfg.tag()}: {groups} groups x {cfg.threads} threads > {GROUP_MAX_THREADS}")
-    if groups > 1 and group_layout(shape, cfg, groups)["SMEM"] > DYNAMIC_SMEM_LIMIT:
-        raise ValueError(f"{cfg.tag()}: {groups} groups need more than {DYNAMIC_SMEM_LIMIT} bytes of shared memory")
 
 
 # ---------------------------------------------------------------- warp-tiled blocks (sparse_conv_ws.cu.j2)
@@ -127,7 +82,7 @@ WS_MAX_WORDS = 4            # a warp's in-tile pixels: at most 4 ballot words (1
 WS_REG_MARGIN = 24          # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
 WS_REG_MIN = 80             # 4x4 nt 1 tiles spilled under a 64 cap
 SM_SMEM_BYTES = 228 * 1024  # an H100 SM's shared memory; each block takes 1 KB more
-WS_SMEM_LIMIT = DYNAMIC_SMEM_LIMIT
+WS_SMEM_LIMIT = 200 * 1024  # dynamic shared memory, of the H100's 227 KB per block
 
 
 def ws_eligible(shape: ConvShape, cfg: KernelConfig) -> bool:
