@@ -52,7 +52,7 @@ class Node:
     op: str
     inputs: tuple[str, ...]
     attrs: dict[str, Any] = field(hash=False, compare=False)
-    param: str | None  # torchvision parameter prefix, e.g. "layer1.0.conv1"
+    param: str | None  # torchvision parameter prefix, e.g. "layer1.0.conv1"; the node's name by default
     shape: tuple[int, ...]  # per-image output shape: (C, H, W) or (F,)
 
     def __getitem__(self, key: str) -> Any:
@@ -94,7 +94,7 @@ class ConvShape:
 class ConvLayer:
     index: int          # position among the network's convs (0-based, topological order)
     name: str           # node name in the spec
-    param: str | None   # torchvision prefix of the weight
+    param: str          # torchvision prefix of the weight (the node's name by default)
     shape: ConvShape
     bias: bool
     input: str          # producer node name
@@ -281,7 +281,8 @@ def _parse_node(path, i, raw, input_name):
     if len(set(ins)) != len(ins):
         raise SpecError(path, "lists the same input twice", nname)
 
-    param = raw.get("param")
+    # without one, a node with tensors has them named after the node
+    param = raw.get("param", nname if op in ("conv", "batchnorm", "linear") else None)
     if param is not None and not isinstance(param, str):
         raise SpecError(path, "field 'param' must be a string (the torchvision parameter prefix)", nname)
 

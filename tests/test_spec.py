@@ -116,3 +116,12 @@ def test_missing_file_and_directory(tmp_path):
         load_spec(tmp_path / "nope.yaml")
     with pytest.raises(SpecError, match="is a directory"):
         load_spec(tmp_path)
+
+
+def test_param_defaults_to_the_node_name_for_nodes_with_tensors():
+    net = parse_spec("name: p\ninput: {name: image, shape: [3, 8, 8]}\nnodes:\n"
+                     "  - {name: c, op: conv, input: image, in_channels: 3, out_channels: 4, kernel: 3}\n"
+                     "  - {name: b, op: batchnorm, input: c, channels: 4, param: bn}\n"
+                     "  - {name: r, op: relu, input: b}\n")
+    assert [(n.name, n.param) for n in net.nodes] == [("c", "c"), ("b", "bn"), ("r", None)]
+    assert net.convs[0].param == "c"
