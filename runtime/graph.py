@@ -25,6 +25,7 @@ import ctypes
 import gc
 import os
 import sys
+import weakref
 from dataclasses import dataclass
 
 from . import dispatch
@@ -144,6 +145,16 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
     return node
 
 
+def own_stream(torch, drv, owner):
+    """A stream for the SWITCH bodies' captures that no one else uses. Not torch.cuda.Stream(): torch hands
+    its streams out round-robin from a fixed pool, so after enough of them a "new" one can be the very
+    stream torch.cuda.graph is capturing on, and a body capture begun on it fails (ILLEGAL_STATE; seen
+    with a few engines captured in one process). Destroyed when `owner` is."""
+    raw = check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+    weakref.finalize(owner, drv.cuStreamDestroy, raw)
+    return torch.cuda.ExternalStream(int(raw))
+
+
 @contextlib.contextmanager
 def _no_gc():
     """No cyclic garbage collection while a stream captures: since PyTorch 2.9 torch.cuda.graph no longer
@@ -207,7 +218,7 @@ class Capture:
                 for step in kentry["steps"]:
                     if step.get("op") == "launch":
                         dev.function(kentry["cubin"], step["function"])
-        self.side = torch.cuda.Stream()
+        self.side = own_stream(torch, dev.drv, self)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
