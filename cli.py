@@ -166,18 +166,20 @@ def run_main():
               help="Run each batch size as one captured CUDA graph with the dense/sparse choice taken on the "
                    "GPU (docs/graphs.md); --no-graph: launch layer by layer from Python and read every "
                    "counter on the host (debugging, baseline; --trace then also times each layer).")
-def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph):
+@click.option("--tuning", "tuning_path", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Tuning file from `snn-run calibrate` to use; default: tuning.json in the bundle, if any.")
+def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph, tuning_path):
     """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...).
 
     Prints the top labels per image and a summary (images/s, share of conv layers that ran sparse).
     Files that are not images or cannot be decoded are reported by name and skipped; the exit code
-    is then 3 (1 for errors). Needs an NVIDIA GPU, PyTorch and the kernel cache for this GPU.
+    is then 3 (1 for errors). Needs an NVIDIA GPU, PyTorch and the bundle built for this GPU.
     """
     from snn.runtime.errors import RunError
     from snn.runtime.infer import infer_command
     try:
         code = infer_command(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed,
-                             graph)
+                             graph, tuning_path)
     except (RunError, SpecError) as e:
         raise click.ClickException(str(e)) from None
     sys.exit(code)

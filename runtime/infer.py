@@ -217,7 +217,8 @@ EXIT_SKIPPED = 3  # ran, but some files were not images or could not be read
 
 
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int, weights: str | None,
-                  output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True) -> int:
+                  output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
+                  tuning: str | None = None) -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
     import click
 
@@ -233,7 +234,7 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     from .cuda import import_torch
     import_torch()
     images._pil()
-    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph)
+    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
     with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
