@@ -11,6 +11,7 @@ a larger one runs in chunks. `snn-run infer` is built on the same Engine.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from snn.codegen import bundle as bundle_format
@@ -59,7 +60,6 @@ class Engine:
         self.device = Device()
         if batch is None:
             try:
-                import json
                 batch = max(int(b) for b in json.loads((folder / bundle_format.MANIFEST).read_text())["batches"])
             except (OSError, ValueError, KeyError, TypeError):
                 batch = 1  # manifest.load below says what is wrong with the file
