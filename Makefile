@@ -36,6 +36,7 @@ SOURCES := $(wildcard $(GEN)/*.cu)
 CUBINS  := $(patsubst $(GEN)/%.cu,$(CUBIN_DIR)/%.cubin,$(SOURCES))
 
 cubins: $(CUBINS)
+	@$(if $(SOURCES),:,echo "make cubins: no .cu files in GEN=$(GEN); name a folder of sources, e.g. make cubins GEN=generated/resnet152/h100/src CUBIN_DIR=/tmp/cubins" >&2; exit 1)
 
 $(CUBIN_DIR)/%.cubin: $(GEN)/%.cu
 	@mkdir -p $(CUBIN_DIR)

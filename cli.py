@@ -27,7 +27,21 @@ def user_errors(fn):
     return wrapper
 
 
-SPEC = click.argument("spec", type=click.Path(dir_okay=False, path_type=str))
+def _resolve_spec(ctx, param, value):
+    """A bare name (resnet152, resnet152.yaml) names a spec that ships with snn; say which file that is."""
+    if value is None:
+        return value
+    from snn.codegen.spec import resolve_spec
+    try:
+        path = resolve_spec(value)
+    except SpecError as e:
+        raise click.ClickException(str(e)) from None
+    if str(path) != value:
+        click.echo(f"spec: {path}", err=True)
+    return str(path)
+
+
+SPEC = click.argument("spec", type=click.Path(dir_okay=False, path_type=str), callback=_resolve_spec)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -145,12 +159,13 @@ def run_main():
 
 @run_main.command("infer")
 @click.argument("image_dir", type=click.Path(path_type=str))
-@click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str),
+@click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str), callback=_resolve_spec,
               help="Network spec (YAML), e.g. network_specs/resnet152.yaml.")
 @click.option("--cache", "cache_dir", default="generated", type=click.Path(file_okay=False, path_type=str),
               help="Folder holding <network>/<gpu>/manifest.json, as written by `snn-codegen build`.")
 @click.option("--gpu", default="auto", help="GPU name of the build to use; auto: the one matching this device.")
-@click.option("--batch", default=32, type=click.IntRange(min=1), help="Images per batch (kernels exist per batch size).")
+@click.option("--batch", default=None, type=click.IntRange(min=1),
+              help="Images per batch (kernels exist per batch size); default: the largest the bundle was built for.")
 @click.option("--weights", default=None, metavar="PATH|torchvision",
               help="A torchvision state_dict (.pth), or 'torchvision' for its pretrained weights. "
                    "Without it: seeded random weights, and the labels mean nothing.")
@@ -158,7 +173,7 @@ def run_main():
               help="Also write the predictions to this .csv or .json file.")
 @click.option("--top", default=5, type=click.IntRange(1, 1000), help="Labels shown per image.")
 @click.option("--trace", is_flag=True, help="Per conv layer: measured sparsity, path taken, kernel, time.")
-@click.option("--force", default="auto", type=click.Choice(["auto", "dense", "sparse"]),
+@click.option("--path", "force", default="auto", type=click.Choice(["auto", "dense", "sparse"]),
               help="auto: per layer and batch from the zero counter; dense: cuDNN everywhere; "
                    "sparse: the sparse kernels on every layer that has them.")
 @click.option("--seed", default=0, help="Seed of the random weights (without --weights).")
@@ -200,7 +215,7 @@ def _run_errors(fn):
 
 def _bench_options(fn):
     opts = [
-        click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str),
+        click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str), callback=_resolve_spec,
                      help="Network spec (YAML), e.g. network_specs/resnet152.yaml."),
         click.option("--cache", "cache_dir", default="generated", type=click.Path(file_okay=False, path_type=str),
                      help="Folder holding <network>/<gpu>/manifest.json, as written by `snn-codegen build`."),

@@ -170,8 +170,30 @@ def conv_shape(node: Node, in_shape: tuple[int, ...]) -> ConvShape:
 # ---------------------------------------------------------------------------------------------
 # Loading
 
+# The specs that ship with snn (package data of snn.network_specs).
+SPECS_DIR = Path(__file__).resolve().parent.parent / "network_specs"
+
+
+def shipped_specs() -> list[str]:
+    return sorted(p.stem for p in SPECS_DIR.glob("*.yaml"))
+
+
+def resolve_spec(name: str | Path) -> Path:
+    """A spec file: `name` itself when it exists, else, for a bare name such as `resnet152` or
+    `resnet152.yaml`, the spec of that name that ships with snn. Anything else is left for load_spec
+    to report."""
+    path = Path(name)
+    if path.exists() or path.parent != Path("."):
+        return path
+    stem = path.stem if path.suffix in (".yaml", ".yml") else path.name
+    shipped = SPECS_DIR / f"{stem}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise SpecError(path, f"no such file, and no shipped spec of that name (shipped: {', '.join(shipped_specs())})")
+
+
 def load_spec(path: str | Path) -> Network:
-    path = Path(path)
+    path = resolve_spec(path)
     try:
         text = path.read_text()
     except FileNotFoundError:

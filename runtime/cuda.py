@@ -40,6 +40,24 @@ class CudaError(RunError):
     pass
 
 
+def gpu_missing() -> str | None:
+    """Why this machine cannot run snn-run (no NVIDIA driver, no GPU), asked of the driver through
+    cuda-python before anything imports torch; None when a GPU is there."""
+    try:
+        drv = _driver()
+        err = drv.cuInit(0)[0]
+        count = drv.cuDeviceGetCount()[1] if err == 0 else 0
+    except Exception as e:  # no driver library to load
+        return f"no NVIDIA driver found ({type(e).__name__})"
+    if err != 0:
+        return f"no usable NVIDIA GPU (cuInit: {getattr(err, 'name', err)})"
+    return None if count else "no NVIDIA GPU found (the driver reports 0 devices)"
+
+
+NO_GPU_HINT = ("snn-run runs on a machine with an NVIDIA GPU and its driver; `snn-codegen build` makes the bundle "
+               "on any machine, to copy there")
+
+
 def check(result, what: str):
     """Unpack a cuda-python (CUresult, *values) tuple; raise CudaError naming the call on failure."""
     err, *vals = result if isinstance(result, tuple) else (result,)

@@ -104,7 +104,7 @@ class Executor:
     def __init__(self, net: Network, weights: dict, backend, cache=None, device="cuda",
                  force: str = "auto", trace: bool = False):
         if force not in dispatch.FORCE_MODES:
-            raise RunError(f"--force must be one of {', '.join(dispatch.FORCE_MODES)}, got {force!r}")
+            raise RunError(f"the path must be one of {', '.join(dispatch.FORCE_MODES)}, got {force!r}")
         torch = self.torch = import_torch()
         self.net, self.backend, self.cache, self.device = net, backend, cache, torch.device(device)
         self.force, self.trace = force, trace

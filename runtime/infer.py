@@ -91,20 +91,20 @@ def _load_batch(pool, paths):
 class Session:
     """An Engine (runtime/engine.py) for the bundle of this spec and GPU, and a folder to classify."""
 
-    def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int, weights_arg: str | None,
+    def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int | None, weights_arg: str | None,
                  force: str, trace: bool, seed: int = 0, graph: bool = True, tuning: str | None = None):
         from . import manifest
         from .cuda import Device
         from .engine import Engine
-        if batch < 1:
+        if batch is not None and batch < 1:
             raise RunError(f"--batch must be at least 1, got {batch}")
         net = load_spec(spec)
         dev = Device()
-        path = manifest.locate(cache_dir, net, spec, gpu, batch, dev.name, dev.compute_capability)
+        path = manifest.locate(cache_dir, net, spec, gpu, batch or 1, dev.name, dev.compute_capability)
         self.engine = Engine(path.parent, weights_arg, batch, graph, tuning, force, trace, seed, spec=spec)
         e = self.engine
         self.net, self.device, self.cache, self.executor, self.graph = e.net, e.device, e.cache, e.executor, e.graph
-        self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, batch, force
+        self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, e.batch, force
 
     torch_device = "cuda"
     graph = None  # a runtime.graph.GraphRunner with --graph
@@ -216,7 +216,7 @@ OUTPUT_SUFFIXES = (".csv", ".json")
 EXIT_SKIPPED = 3  # ran, but some files were not images or could not be read
 
 
-def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int, weights: str | None,
+def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int | None, weights: str | None,
                   output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
                   tuning: str | None = None) -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
@@ -231,7 +231,9 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
         raise RunError(str(e)) from None
     if not paths:
         raise RunError(f"{image_dir}: no image files found (looked for {', '.join(sorted(images.IMAGE_SUFFIXES))})")
-    from .cuda import import_torch
+    from .cuda import NO_GPU_HINT, gpu_missing, import_torch
+    if why := gpu_missing():
+        raise RunError(f"{why}: {NO_GPU_HINT}")
     import_torch()
     images._pil()
     session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)

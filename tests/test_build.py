@@ -3,6 +3,7 @@ import json
 import os
 import shutil
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -373,3 +374,15 @@ def test_cli_bad_spec(cli_env, tmp_path):
     assert r.exit_code == 1 and "node 'b'" in r.output and len(r.output.strip().splitlines()) == 1
 
 
+
+
+def test_make_cubins_compiles_a_bundles_sources_and_refuses_an_empty_folder(env, tmp_path):
+    r = run_build(env)
+    src = r.manifest_path.parent / "src"
+    out = tmp_path / "by-hand"
+    make = ["make", "--no-print-directory", "-f", str(REPO / "Makefile"), "cubins", f"NVCC={NVCC}", "-j2"]
+    done = subprocess.run(make + [f"GEN={src}", f"CUBIN_DIR={out}"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert {p.stem for p in out.glob("*.cubin")} == {p.stem for p in src.glob("*.cu")}
+    empty = subprocess.run(make + [f"GEN={tmp_path / 'nothing'}"], capture_output=True, text=True)
+    assert empty.returncode != 0 and "make cubins: no .cu files in GEN=" in empty.stderr

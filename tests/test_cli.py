@@ -74,3 +74,29 @@ def test_inspect_errors_are_one_line(tmp_path, content, expected):
     assert r.exit_code == 1
     assert expected in r.output and str(path) in r.output
     assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("name", ["resnet50", "resnet50.yaml"])
+def test_a_bare_spec_name_is_a_shipped_spec_and_the_file_is_named(name, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # nothing of that name here
+    r = subprocess.run([sys.executable, "-m", "snn.cli", "inspect", name, "--json"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["convs"] == 53
+    assert r.stderr.strip() == f"spec: {ROOT / 'network_specs' / 'resnet50.yaml'}"
+
+
+def test_an_unknown_spec_name_lists_the_shipped_ones(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli.codegen_main, ["inspect", "resnet18"])
+    assert r.exit_code == 1
+    assert r.output.strip() == ("Error: resnet18: no such file, and no shipped spec of that name (shipped: densenet121, "
+                                "densenet169, densenet201, resnet101, resnet152, resnet50, vgg16, vgg19)")
+    r = CliRunner().invoke(cli.run_main, ["infer", str(tmp_path), "--spec", "resnet18"])
+    assert r.exit_code == 1 and "no shipped spec of that name" in r.output
+
+
+def test_a_local_file_wins_over_a_shipped_spec(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resnet50.yaml").write_text((ROOT / "network_specs" / "vgg16.yaml").read_text())
+    r = CliRunner().invoke(cli.codegen_main, ["inspect", "resnet50.yaml", "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["convs"] == 13

@@ -242,13 +242,33 @@ def test_infer_bad_output_suffix(tmp_path):
 
 
 def test_infer_bad_force_and_batch(tmp_path):
-    assert _infer(str(tmp_path), "--spec", SPEC, "--force", "fast").exit_code == 2
+    assert _infer(str(tmp_path), "--spec", SPEC, "--path", "fast").exit_code == 2
     assert _infer(str(tmp_path), "--spec", SPEC, "--batch", "0").exit_code == 2
+
+
+def test_infer_without_a_gpu_says_so_before_anything_about_torch(tmp_path, monkeypatch):
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    monkeypatch.setitem(sys.modules, "torch", None)  # no torch either: the GPU is what the user must learn about
+    monkeypatch.setattr("snn.runtime.cuda.gpu_missing", lambda: "no NVIDIA driver found (DynamicLibNotFoundError)")
+    r = _infer(str(tmp_path), "--spec", SPEC)
+    assert r.exit_code == 1
+    assert r.output.strip() == ("Error: no NVIDIA driver found (DynamicLibNotFoundError): snn-run runs on a machine "
+                                "with an NVIDIA GPU and its driver; `snn-codegen build` makes the bundle on any "
+                                "machine, to copy there")
+
+
+def test_gpu_missing_answers_without_torch():
+    code = "import sys; from snn.runtime import cuda; print(repr(cuda.gpu_missing()), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    why, torch_imported = " ".join(out[:-1]), out[-1]
+    assert why == "None" or why.startswith("'no ")  # this machine's own answer: a reason, or None on a GPU machine
+    assert torch_imported == "False"
 
 
 def test_infer_without_torch_says_what_to_install(tmp_path, monkeypatch):
     (tmp_path / "a.jpg").write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
+    monkeypatch.setattr("snn.runtime.cuda.gpu_missing", lambda: None)  # a GPU machine without torch
     r = _infer(str(tmp_path), "--spec", SPEC)
     assert r.exit_code == 1
     assert r.output.strip() == "Error: snn-run needs PyTorch with CUDA: pip install -e '.[gpu]'"
