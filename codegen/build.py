@@ -46,7 +46,7 @@ class Stages:
 
 
 def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
-    """The real cost model (stage-3 `model`, costmodel.MODELS; `candidates` configs per level, the model's
+    """The real planner (stage-3 `model`, plan.MODELS; `candidates` configs per level, the model's
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 

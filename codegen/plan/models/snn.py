@@ -18,7 +18,7 @@ from ..movement import memory_time
 
 ISSUE_PER_SM = 4           # warp instructions an SM issues per clock (4 schedulers, Volta..Hopper)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
-# Fitted by tools/fit_costmodel.py (least squares of log time over the H100 measurements in docs/results);
+# Fitted by tools/fit_costmodel.py (least squares of log time over H100 kernel measurements of bench_kernels.py);
 # cycles are per channel a block walks unless said otherwise, so they scale with the GPU's clock.
 SNN_FIT = {
     "fixed_us": 4.788,     # launch + first fill + write-back of a kernel on cold L2, once per layer
