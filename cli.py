@@ -141,12 +141,25 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     nvcc runs through the Makefile's cubins rule, in parallel, on the misses of the compiler cache
     ($SNN_CACHE_DIR, default ~/.cache/snn/cubins). The build fails if any kernel has a stack frame or
     spills. Needs nvcc (set NVCC=/path to choose one), no GPU."""
+    import signal
+
     from snn.codegen.build import build_spec
 
     def bar(n):
         return click.progressbar(length=n, label=f"nvcc: {n} kernel(s)", show_pos=True)
-    result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
-                        candidates=candidates, progress_factory=bar)
+
+    def terminated(signum, frame):  # SIGTERM cleans up like Ctrl-C
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
+                            candidates=candidates, progress_factory=bar)
+    except KeyboardInterrupt:
+        click.echo("interrupted: the kernels compiled so far are in the compiler cache; the same command "
+                   "continues from there", err=True)
+        sys.exit(130)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     click.echo(result.summary())
 
 

@@ -15,6 +15,8 @@ commit mark: an entry without it is a miss.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -119,6 +121,18 @@ class CubinCache:
         record = {**record, "sha256": file_sha256(target)}
         atomic_write(self.record_path(key), json.dumps(record, indent=1, sort_keys=True))
         return {**record, "cubin": str(target.resolve())}
+
+    @contextlib.contextmanager
+    def lock(self):
+        """Exclusive use of the cache for one build's lookups and compilation: a second build into the
+        same cache waits, then finds the first one's cubins instead of compiling them again."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def staging_dir(self) -> Path:
         """A fresh folder inside the cache, so finished cubins reach their place by rename.

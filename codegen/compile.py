@@ -13,11 +13,13 @@
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -131,36 +133,58 @@ def _make_cmd(stage: Path, arch: str, tc: Toolchain, jobs: int) -> list[str]:
 def compile_units(units: list[Unit], arch: str, tc: Toolchain, cache: CubinCache, jobs: int,
                   progress: Callable[[int], Any] | None = None) -> None:
     """Compile units (all cache misses) in parallel with make; store each cubin and its parsed ptxas
-    report in the cache and set unit.record. Raises UserError naming the first kernel nvcc rejected."""
+    report in the cache as soon as it lands (an interrupted build keeps every finished one) and set
+    unit.record. Raises UserError naming the first kernel nvcc rejected. On any interruption make and
+    nvcc are stopped and the staging folder, nvcc's temporary files included, is removed."""
     if not units:
         return
     try:
         stage = cache.staging_dir()
     except OSError as e:
         raise UserError(f"cannot write to the cubin cache {cache.root}: {e.strerror} (set SNN_CACHE_DIR)") from None
+    by_name = {u.name: u for u in units}
+
+    def store(u: Unit) -> None:
+        text = (stage / f"{u.name}.ptxas").read_text(errors="replace")
+        funcs = ptxas.parse_ptxas(text)
+        u.record = cache.store(u.key, stage / f"{u.name}.cubin", {
+            "kernel": u.name, "nvcc": tc.version, "arch": arch, "flags": KEY_FLAGS,
+            "functions": {f.name: f.to_dict() for f in funcs.values()}, "ptxas": text})
+
     try:
         for u in units:
             (stage / f"{u.name}.cu").write_text(u.source)
         cmd = _make_cmd(stage, arch, tc, jobs)
+        env = {**os.environ, "TMPDIR": str(stage)}  # nvcc's temporary files go with the stage
         with tempfile.TemporaryFile("w+") as err:
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True)
-            for line in proc.stdout:  # the rule prints "cubin <name>" as each one lands
-                if line.startswith("cubin ") and progress:
-                    progress(1)
-            proc.wait()
+            # its own process group: an interruption stops make and every nvcc it started, nothing else
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                    start_new_session=True)
+            try:
+                for line in proc.stdout:  # the rule prints "cubin <name>" as each one lands
+                    if line.startswith("cubin "):
+                        if (u := by_name.get(line.split(None, 1)[1].strip())) is not None:
+                            store(u)
+                        if progress:
+                            progress(1)
+                proc.wait()
+            except BaseException:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                raise
             err.seek(0)
             make_err = err.read()
         failed = []
         for u in units:
-            cubin, report = stage / f"{u.name}.cubin", stage / f"{u.name}.ptxas"
-            text = report.read_text(errors="replace") if report.exists() else ""
-            if not cubin.is_file():
-                failed.append((u, text.strip() or make_err.strip()))
+            if u.record is not None:
                 continue
-            funcs = ptxas.parse_ptxas(text)
-            u.record = cache.store(u.key, cubin, {
-                "kernel": u.name, "nvcc": tc.version, "arch": arch, "flags": KEY_FLAGS,
-                "functions": {f.name: f.to_dict() for f in funcs.values()}, "ptxas": text})
+            report = stage / f"{u.name}.ptxas"
+            if (stage / f"{u.name}.cubin").is_file():  # landed without its line being read
+                store(u)
+            else:
+                text = report.read_text(errors="replace") if report.exists() else ""
+                failed.append((u, text.strip() or make_err.strip()))
         if failed:
             u, msg = failed[0]
             lines = msg.splitlines()
@@ -215,15 +239,16 @@ class Compiler:
         check_arch(arch, self.toolchain)
         units = [Unit(name, src, self.key(src, arch)) for name, src in sources.items()]
         hits = 0
-        for u in units:
-            if not force and (rec := self.cache.lookup(u.key)) is not None:
-                u.record, hits = rec, hits + 1
-        misses = [u for u in units if u.record is None]
-        t0 = time.perf_counter()
-        if misses and progress_factory is not None:
-            with progress_factory(len(misses)) as bar:
-                compile_units(misses, arch, self.toolchain, self.cache, self.jobs, bar.update)
-        else:
-            compile_units(misses, arch, self.toolchain, self.cache, self.jobs)
+        with self.cache.lock():  # lookups after another build's compilation, never beside it
+            for u in units:
+                if not force and (rec := self.cache.lookup(u.key)) is not None:
+                    u.record, hits = rec, hits + 1
+            misses = [u for u in units if u.record is None]
+            t0 = time.perf_counter()
+            if misses and progress_factory is not None:
+                with progress_factory(len(misses)) as bar:
+                    compile_units(misses, arch, self.toolchain, self.cache, self.jobs, bar.update)
+            else:
+                compile_units(misses, arch, self.toolchain, self.cache, self.jobs)
         return Compiled({u.name: u.record for u in units}, hits, len(misses), time.perf_counter() - t0,
                         self.toolchain)
