@@ -15,6 +15,8 @@ that imports the planner and the emitter), so tests and other front ends can inj
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -101,12 +103,17 @@ class BuildResult:
     compile_s: float
     total_s: float
     timings: dict = field(default_factory=dict)
+    up_to_date: bool = False    # the bundle was built from the same inputs: nothing planned, rendered or written
 
     @property
     def ms_per_layer(self) -> float:
         return 1e3 * self.plan_render_s / max(self.layers, 1)
 
     def summary(self) -> str:
+        if self.up_to_date:
+            return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): up to date "
+                    f"({self.kernels} kernels + epilogue, {self.cubins} cubins, built from the same inputs); "
+                    f"total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
         return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                 f"{self.layers} conv layers, {self.kernels} kernels + epilogue, {self.cubins} cubins, "
                 f"{self.cache_hits} cache hits, {self.compiled} compiled in {self.compile_s:.2f} s; "
@@ -144,12 +151,14 @@ def shape_dict(shape) -> dict:
 def build(net: Network, gpu, batches: list[int], levels: list[float], out: str | Path = "generated",
           jobs: int | None = None, force: bool = False, arch: str | None = None,
           stages: Stages | None = None, cache: CubinCache | None = None,
-          progress_factory=None, spec_text: str | None = None) -> BuildResult:
+          progress_factory=None, spec_text: str | None = None, inputs: str | None = None) -> BuildResult:
     """Build every cubin that `net` needs on `gpu` into the bundle <out>/<network>/<gpu>/.
 
     progress_factory(length) -> context manager with .update(n): a progress bar over compilation
     (click.progressbar in the CLI); None for silence. spec_text: the spec to ship in the bundle
-    (default: the file the network was read from).
+    (default: the file the network was read from). inputs: a digest of everything the stages' output
+    depends on (build_spec's); a bundle recorded with the same digest, nvcc and arch, and intact, is
+    returned as it is (force rebuilds).
     """
     t_start = time.perf_counter()
     stages = stages or default_stages()
@@ -173,6 +182,12 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             spec_text = Path(net.path).read_text()
         except (OSError, TypeError):
             spec_text = None  # a network parsed from text: the bundle then needs the spec beside it
+    if inputs is not None:
+        inputs = hashlib.sha256(f"{inputs}|{tc.version_string}|{arch}".encode()).hexdigest()
+        if not force and (same := _unchanged(out_dir, inputs)) is not None:
+            return BuildResult(out_dir / bundle.MANIFEST, same, len(net.convs), len(same["kernels"]),
+                               len(bundle.cubin_entries(same)), len(bundle.cubin_entries(same)), 0, 0, 0.0, 0.0,
+                               time.perf_counter() - t_start, up_to_date=True)
 
     # plan + render (timed: the part of the build that is ours, nvcc excluded)
     t0 = time.perf_counter()
@@ -226,12 +241,36 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         spec_file = bundle.write_spec(out_dir, spec_text)
         manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
                              records, placed, epi_name, stages, spec_file, sel_name)
+        if inputs is not None:
+            manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
     except OSError as e:
         raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
     return BuildResult(manifest_path, manifest, len(net.convs), len(emitted), len(records), compiled.hits,
                        compiled.compiled, written, plan_render_s, compiled.seconds, time.perf_counter() - t_start,
                        {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
+
+
+def _unchanged(out_dir: Path, inputs: str) -> dict | None:
+    """The bundle's manifest if it was built from these inputs and every cubin it names is intact."""
+    try:
+        manifest = json.loads((out_dir / bundle.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("inputs") != inputs or manifest.get("format") != bundle.FORMAT:
+        return None
+    return manifest if not bundle.verify(out_dir, manifest) else None
+
+
+def code_digest() -> str:
+    """What the planner and the emitter are: every source file of snn.codegen, its templates and GPU tables."""
+    root = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        if p.suffix in (".py", ".j2", ".yaml") and "__pycache__" not in p.parts:
+            h.update(p.relative_to(root).as_posix().encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()
 
 
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
@@ -293,5 +332,10 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
         target = stages.load_gpu(gpu)
     except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
         raise UserError(f"--gpu {gpu}: {e}") from None
+    # everything the plan and the sources depend on, so that a rebuild from the same inputs does nothing
+    gpu_desc = target.to_dict() if hasattr(target, "to_dict") else repr(target)
+    inputs = json.dumps({"spec": Path(net.path).read_text(), "gpu": gpu_desc, "batches": batches,
+                         "levels": [round(x, 6) for x in lvls], "model": model, "candidates": candidates,
+                         "code": code_digest()}, sort_keys=True)
     return build(net, target, batches, lvls, out=out, jobs=jobs, force=rebuild, arch=arch, stages=stages,
-                 progress_factory=progress_factory)
+                 progress_factory=progress_factory, inputs=inputs)

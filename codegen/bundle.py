@@ -3,7 +3,7 @@
     <out>/<network>/<gpu>/
         manifest.json    kernels (cubin path relative to the bundle, its sha256, config, launch steps,
                          resources) and, per layer and batch, the kernel of every sparsity level
-        cubins/          <kernel>.cubin, hard-linked (or copied) from the compiler cache
+        cubins/          <kernel>.cubin, copied from the compiler cache
         src/             <kernel>.cu, the generated sources (`make cubins GEN=<bundle>/src`)
         spec.yaml        the network spec it was built from
         tuning.json      written by `snn-run calibrate` only; never read or written by the build
@@ -34,13 +34,11 @@ def cubin_relpath(kernel: str) -> str:
 
 
 def place(src: Path, dst: Path) -> None:
-    """Put the cache's file at dst (a hard link when the cache is on the same file system), atomically."""
+    """Copy the cache's file to dst, atomically. A copy, not a hard link: a bundle file changed in place
+    must not change the cache (a bundle is a few MB)."""
     tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
     try:
-        try:
-            os.link(src, tmp)
-        except OSError:  # another file system, or links not allowed: copy
-            shutil.copyfile(src, tmp)
+        shutil.copyfile(src, tmp)
         os.replace(tmp, dst)
     finally:
         if tmp.exists():
@@ -57,7 +55,7 @@ def write_cubins(bundle: Path, records: dict[str, dict]) -> dict[str, dict]:
         src, dst = Path(rec["cubin"]), bundle / cubin_relpath(name)
         sha = rec.get("sha256") or file_sha256(src)
         try:
-            same = dst.is_file() and (os.path.samefile(src, dst) or file_sha256(dst) == sha)
+            same = dst.is_file() and file_sha256(dst) == sha
         except OSError:
             same = False
         if not same:

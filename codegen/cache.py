@@ -106,8 +106,9 @@ class CubinCache:
         if not cubin.is_file():
             return None
         record["cubin"] = str(cubin.resolve())
-        if "sha256" not in record:  # a record written before the checksum was kept
-            record["sha256"] = file_sha256(cubin)
+        sha = file_sha256(cubin)
+        if record.setdefault("sha256", sha) != sha:  # changed since it was stored: compile it again
+            return None
         return record
 
     def store(self, key: str, cubin: Path, record: dict) -> dict:

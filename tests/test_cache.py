@@ -72,6 +72,20 @@ def test_store_and_lookup(tmp_path):
     assert open(got["cubin"], "rb").read() == b"\x7fELF..."
     assert c.cubin_path(key).parent.name == key[:2]
     assert "cubin" not in json.loads(c.record_path(key).read_text())  # the path is derived, not stored
+    assert got["sha256"] == cachemod.file_sha256(got["cubin"])
+    c.cubin_path(key).write_bytes(b"\x7fELF changed")  # no longer what was compiled: a miss
+    assert c.lookup(key) is None
+
+
+def test_lock_is_exclusive(tmp_path):
+    import fcntl
+    c = CubinCache(tmp_path / "cache")
+    with c.lock():
+        with open(c.root / ".lock", "a") as other:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(c.root / ".lock", "a") as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released
 
 
 def test_record_is_commit_mark(tmp_path):

@@ -1,5 +1,6 @@
-"""`snn-codegen build` stopped half-way keeps its work, and two builds into one cache compile each
-kernel once. Real commands (subprocesses), real nvcc and make."""
+"""`snn-codegen build` as a user runs it (subprocesses, the real planner, emitter, nvcc and make): a
+rebuild from the same inputs is a no-op under a second, one stopped half-way keeps its work, and two
+builds into one cache compile each kernel once."""
 import os
 import shutil
 import signal
@@ -15,10 +16,34 @@ pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None or shutil.which("ma
 MSG = ("interrupted: the kernels compiled so far are in the compiler cache; the same command continues from there")
 
 
-def build(tmp_path, *args, cache=None, **kw):
+def build(tmp_path, *args, cache=None, net="resnet50", **kw):
     env = {**os.environ, "SNN_CACHE_DIR": str(cache or tmp_path / "cache"), **kw.pop("env", {})}
-    return subprocess.Popen([sys.executable, "-m", "snn.cli", "build", "resnet50", "--out", str(tmp_path / "gen"),
+    return subprocess.Popen([sys.executable, "-m", "snn.cli", "build", net, "--out", str(tmp_path / "gen"),
                              *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, **kw)
+
+
+def test_rebuild_from_the_same_inputs_is_a_no_op_under_a_second(tmp_path):
+    first = build(tmp_path, "--batch", "1,8,32", net="resnet152")
+    out, err = first.communicate(timeout=900)
+    assert first.returncode == 0, err
+    manifest = tmp_path / "gen" / "resnet152" / "h100" / "manifest.json"
+    before = manifest.stat().st_mtime_ns
+    t = time.perf_counter()
+    again = build(tmp_path, "--batch", "1,8,32", net="resnet152")
+    out, err = again.communicate(timeout=60)
+    wall = time.perf_counter() - t
+    assert again.returncode == 0, err
+    assert "up to date" in out and manifest.stat().st_mtime_ns == before
+    assert wall < 1.0, f"no-op rebuild took {wall:.2f} s"
+    print(f"no-op rebuild of ResNet-152 at batch 1,8,32: {wall:.2f} s wall, the command as a user runs it")
+    # other inputs (levels), or a damaged bundle, are not up to date
+    other = build(tmp_path, "--batch", "1,8,32", "--levels", "0.5,0.7", net="resnet152")
+    out, err = other.communicate(timeout=300)
+    assert other.returncode == 0 and "up to date" not in out, err
+    next(manifest.parent.glob("cubins/*.cubin")).write_bytes(b"damaged")
+    fixed = build(tmp_path, "--batch", "1,8,32", "--levels", "0.5,0.7", net="resnet152")
+    out, err = fixed.communicate(timeout=300)
+    assert fixed.returncode == 0 and "up to date" not in out and " 0 compiled" in out, err
 
 
 def records(cache: Path) -> int:
