@@ -64,7 +64,8 @@ def inspect_cmd(spec, as_json):
         click.echo(json.dumps(info, indent=1))
         return
     click.echo(format_table(info["layers"]))
-    click.echo(f"\n{net.name}: {info['convs']} convolutions, {info['distinct_conv_shapes']} distinct conv shapes, "
+    click.echo(f"\n{net.name}: {info['convs']} convolutions ({info['sparse_convs']} can run sparse), "
+               f"{info['distinct_conv_shapes']} distinct conv shapes, "
                f"{info['macs'] / 1e9:.2f} GMACs, {info['params'] / 1e6:.2f} M parameters")
 
 

@@ -12,23 +12,26 @@ def conv_rows(net: Network) -> list[dict]:
         rows.append({
             "index": c.index, "name": c.name, "C": s.C, "N": s.N, "H": s.H, "W": s.W, "R": s.R, "S": s.S,
             "stride": list(s.stride), "padding": list(s.padding), "P": s.P, "Q": s.Q,
-            "macs": s.macs, "mac_share": s.macs / total, "input_op": c.input_op,
+            "groups": c.groups, "macs": c.macs, "mac_share": c.macs / total, "input_op": c.input_op,
+            "sparse": c.sparse,
         })
     return rows
 
 
 def summary(net: Network) -> dict:
     return {"network": net.name, "spec": net.path, "input": list(net.input_shape),
-            "convs": len(net.convs), "distinct_conv_shapes": len(net.conv_shapes()),
+            "convs": len(net.convs), "sparse_convs": len(net.sparse_convs),
+            "distinct_conv_shapes": len(net.conv_shapes()),
             "macs": net.macs, "params": net.params, "layers": conv_rows(net)}
 
 
 def format_table(rows: list[dict]) -> str:
-    head = ("#", "name", "C→N", "H×W", "R×S", "stride", "pad", "MMACs", "share")
+    head = ("#", "name", "C→N", "H×W", "R×S", "stride", "pad", "groups", "MMACs", "share", "sparse")
     body = [(str(r["index"]), r["name"], f"{r['C']}→{r['N']}", f"{r['H']}×{r['W']}", f"{r['R']}×{r['S']}",
-             _pair(r["stride"]), _pair(r["padding"]), f"{r['macs'] / 1e6:.1f}", f"{100 * r['mac_share']:.2f}%")
+             _pair(r["stride"]), _pair(r["padding"]), str(r["groups"]), f"{r['macs'] / 1e6:.1f}",
+             f"{100 * r['mac_share']:.2f}%", "yes" if r["sparse"] else "dense")
             for r in rows]
-    return render(head, body, right=(0, 5, 6, 7, 8))
+    return render(head, body, right=(0, 5, 6, 7, 8, 9))
 
 
 def _pair(p) -> str:

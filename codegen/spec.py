@@ -99,6 +99,14 @@ class ConvLayer:
     bias: bool
     input: str          # producer node name
     input_op: str       # producer op ("relu", "maxpool", "input", ...)
+    groups: int = 1
+    sparse: bool = False  # may run a sparse kernel: its input is a ReLU output (possibly through maxpool or
+                          # concat, which keep the zeros) and it is not grouped. Only these are planned,
+                          # built and dispatched; the rest (the image-reading stem, grouped convs) run dense.
+
+    @property
+    def macs(self) -> int:
+        return self.shape.macs // self.groups
 
 
 @dataclass(frozen=True)
@@ -121,13 +129,23 @@ class Network:
     def convs(self) -> tuple[ConvLayer, ...]:
         ops = {n.name: n.op for n in self.nodes}
         ops[self.input_name] = "input"
+        relu_derived: set[str] = set()
         out = []
-        for n in self.nodes:
+        for n in self.nodes:  # topological order
+            if (n.op == "relu" or (n.op == "maxpool" and n.inputs[0] in relu_derived)
+                    or (n.op == "concat" and all(i in relu_derived for i in n.inputs))):
+                relu_derived.add(n.name)
             if n.op != "conv":
                 continue
             out.append(ConvLayer(len(out), n.name, n.param, conv_shape(n, self._shape_of(n.inputs[0])),
-                                 n["bias"], n.inputs[0], ops[n.inputs[0]]))
+                                 n["bias"], n.inputs[0], ops[n.inputs[0]], n["groups"],
+                                 n.inputs[0] in relu_derived and n["groups"] == 1))
         return tuple(out)
+
+    @property
+    def sparse_convs(self) -> tuple[ConvLayer, ...]:
+        """The convs that get sparse kernels (ConvLayer.sparse)."""
+        return tuple(c for c in self.convs if c.sparse)
 
     def _shape_of(self, name: str) -> tuple[int, ...]:
         return self.input_shape if name == self.input_name else self.node(name).shape
@@ -138,11 +156,9 @@ class Network:
 
     @property
     def macs(self) -> int:
-        total = 0
+        total = sum(c.macs for c in self.convs)
         for n in self.nodes:
-            if n.op == "conv":
-                total += conv_shape(n, self._shape_of(n.inputs[0])).macs // n["groups"]
-            elif n.op == "linear":
+            if n.op == "linear":
                 total += n["in_features"] * n["out_features"]
         return total
 

@@ -82,7 +82,7 @@ def lower(net: Network, sd: dict, device="cpu") -> Program:
         if op.kind == "conv":
             op.attrs["bias"] = None if op.name in fused_bias else bias[op.name]
             op.attrs["weight"] = weight[op.name]
-    eligible = _eligible(ops, g.nodes)
+    eligible = {c.name for c in net.sparse_convs}  # the convs the build made kernels for (spec.ConvLayer.sparse)
     ops, slots = _counters(ops, eligible)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
 
@@ -230,18 +230,6 @@ def _fuse(g: _Graph, sd: dict, alias: dict[str, str], bias: dict, dev) -> tuple[
         else:  # pragma: no cover - spec.OPS and this list must agree
             raise RunError(f"{net.path}: node '{n.name}': op '{n.op}' is not supported by the runtime")
     return ops, fused_bias
-
-
-def _eligible(ops: list[Op], nodes: dict) -> set[str]:
-    """Convs whose input is a ReLU output (possibly through maxpool/concat) and that are not grouped."""
-    relu_derived: set[str] = set()
-    for op in ops:
-        if ((op.kind == "epilogue" and op.attrs["relu"]) or op.kind == "relu"
-                or (op.kind == "maxpool" and op.inputs[0] in relu_derived)
-                or (op.kind == "concat" and all(v in relu_derived for v in op.inputs))):
-            relu_derived.add(op.name)
-    return {op.name for op in ops if op.kind == "conv" and op.inputs[0] in relu_derived
-            and nodes[op.name]["groups"] == 1}
 
 
 def _counters(ops: list[Op], eligible: set[str]) -> tuple[list[Op], dict[str, int]]:

@@ -19,10 +19,10 @@ def run(*args):
 def test_plan_table_is_one_block_per_distinct_shape():
     r = run(RESNET152, "--gpu", "h100")
     assert r.exit_code == 0, r.output
-    assert "155 conv layers, 23 distinct shapes" in r.output
+    assert "154 conv layers, 22 distinct shapes" in r.output  # the stem reads the image: always dense
     assert "36× layer3.0.conv3" in r.output or "35× layer3.1.conv2" in r.output
     numbered = [l for l in r.output.splitlines() if l.strip()[:2].strip().isdigit()]
-    assert len(numbered) == 23
+    assert len(numbered) == 22
     assert "0.40:" in r.output and "0.90:" in r.output
 
 
@@ -31,8 +31,31 @@ def test_plan_json_has_every_layer_and_level():
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["model"] == "paper" and d["batch"] == 8 and d["gpu_description"]["sms"] == 108
-    assert len(d["layers"]) == 155 and all(len(l["levels"]) == 11 for l in d["layers"])
-    assert d["layers"][0]["levels"]["0.40"]["kernel"].startswith("sconv_r7s7_str2_pad3_c3n64_h224w224_")
+    assert len(d["layers"]) == 154 and all(len(l["levels"]) == 11 for l in d["layers"])
+    assert "conv1" not in {l["name"] for l in d["layers"]}  # the stem reads the image: no kernels
+    assert d["layers"][0]["levels"]["0.40"]["kernel"].startswith("sconv_r1s1_str1_pad0_c64n64_h56w56_")
+
+
+def test_plan_of_a_dense_only_layer_says_why(tmp_path):
+    r = run(RESNET152, "--gpu", "h100", "--layer", "conv1")
+    assert r.exit_code == 1
+    assert r.output.strip().endswith("conv layer 'conv1' always runs dense: its input 'image' is no ReLU output")
+    spec = tmp_path / "g.yaml"
+    spec.write_text("name: g\ninput: {name: image, shape: [8, 8, 8]}\nnodes:\n"
+                    "  - {name: a, op: conv, input: image, in_channels: 8, out_channels: 8, kernel: 3, padding: 1}\n"
+                    "  - {name: r, op: relu, input: a}\n"
+                    "  - {name: g, op: conv, input: r, in_channels: 8, out_channels: 8, kernel: 3, padding: 1, groups: 4}\n"
+                    "  - {name: r2, op: relu, input: g}\n"
+                    "  - {name: b, op: conv, input: r2, in_channels: 8, out_channels: 8, kernel: 1}\n")
+    r = run(str(spec), "--gpu", "h100", "--layer", "g")
+    assert r.exit_code == 1 and r.output.strip().endswith("conv layer 'g' always runs dense: it is grouped (4 groups)")
+    d = json.loads(run(str(spec), "--gpu", "h100", "--json").output)
+    assert [l["name"] for l in d["layers"]] == ["b"]  # neither the stem nor the grouped conv is planned
+    info = json.loads(CliRunner().invoke(cli.codegen_main, ["inspect", str(spec), "--json"]).output)
+    assert [(l["name"], l["groups"], l["sparse"]) for l in info["layers"]] == [("a", 1, False), ("g", 4, False),
+                                                                              ("b", 1, True)]
+    macs = [l["macs"] for l in info["layers"]]
+    assert macs[1] * 4 == macs[0] and abs(sum(l["mac_share"] for l in info["layers"]) - 1.0) < 1e-9
 
 
 def test_plan_candidates_lists_the_alternatives_and_counts_the_kernels():

@@ -41,7 +41,7 @@ def test_predicted_time_falls_with_sparsity_for_every_layer(spec):
             ("v100", 4, "snn"), ("a100", 4, "snn"), ("rtx2080ti", 4, "snn"), ("h200", 32, "snn")]
     for gpu, batch, model in runs:
         plan = plan_network(net, load_gpu(gpu), batch, LEVELS, model)
-        assert len(plan.layers) == len(net.convs)
+        assert len(plan.layers) == len(net.sparse_convs) == len(net.convs) - 1  # the stem runs dense
         for lp in plan.layers:
             t = [lp.choices[lv].predicted_us for lv in LEVELS]
             assert all(b < a for a, b in zip(t, t[1:])), (gpu, batch, model, lp.layer.name, t)
@@ -53,7 +53,7 @@ def test_identical_shapes_are_planned_once(monkeypatch):
     real = plan_shape
     monkeypatch.setattr(planner, "plan_shape", lambda shape, *a, **k: calls.append(shape) or real(shape, *a, **k))
     plan = plan_network(net, H100, 1, "0.5,0.8")
-    assert len(calls) == len(set(calls)) == len(net.conv_shapes()) == 23
+    assert len(calls) == len(set(calls)) == len({c.shape for c in net.sparse_convs}) == 22  # the stem: dense
     same = [lp for lp in plan.layers if lp.layer.shape == plan.layers[-2].layer.shape]
     assert len(same) > 1 and all(lp.choices is same[0].choices for lp in same)
     assert set(plan.layers[0].choices) == {0.5, 0.8}
@@ -61,8 +61,10 @@ def test_identical_shapes_are_planned_once(monkeypatch):
 
 def test_plan_subset_of_layers_and_errors():
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
-    plan = plan_network(net, H100, 1, "0.6", layers=["layer2.0.conv2", "conv1"])
-    assert [lp.layer.name for lp in plan.layers] == ["layer2.0.conv2", "conv1"]
+    plan = plan_network(net, H100, 1, "0.6", layers=["layer2.0.conv2", "layer1.0.conv1"])
+    assert [lp.layer.name for lp in plan.layers] == ["layer2.0.conv2", "layer1.0.conv1"]
+    with pytest.raises(UserError, match="conv layer 'conv1' always runs dense: its input 'image' is no ReLU output"):
+        plan_network(net, H100, 1, "0.6", layers=["conv1"])
     with pytest.raises(UserError, match="no conv layer named 'layer9.conv1'"):
         plan_network(net, H100, 1, "0.6", layers=["layer9.conv1"])
     with pytest.raises(UserError, match="unknown cost model"):
@@ -78,7 +80,8 @@ def test_plan_json_round_trip():
     layer = d["layers"][3]
     entry = layer["levels"]["0.90"]
     cfg = KernelConfig.from_dict(entry["config"])
-    assert entry["kernel"] == cfg.name(load_spec(ROOT / "network_specs" / "vgg16.yaml").convs[3].shape, 2)
+    assert layer["name"] == net.sparse_convs[3].name
+    assert entry["kernel"] == cfg.name(net.sparse_convs[3].shape, 2)
     assert d["total_predicted_us"]["0.90"] < d["total_predicted_us"]["0.50"]
 
 
@@ -88,15 +91,15 @@ def test_planning_resnet152_is_fast():
     t0 = time.perf_counter()
     plan = plan_network(net, H100, 1, LEVELS)
     dt = time.perf_counter() - t0
-    print(f"\nplanning ResNet-152 (155 convs, 23 shapes) x 11 levels on h100, cold caches: {dt * 1000:.0f} ms")
-    assert len(plan.layers) == 155 and dt < 5.0  # target < 1 s; generous margin against a loaded CI box
+    print(f"\nplanning ResNet-152 (154 sparse convs, 22 shapes) x 11 levels on h100, cold caches: {dt * 1000:.0f} ms")
+    assert len(plan.layers) == 154 and dt < 5.0  # target < 1 s; generous margin against a loaded CI box
 
 
 def test_plan_keeps_a_lower_levels_config_only_within_tolerance():
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
     plan = plan_network(net, H100, 1, LEVELS)
     reused = 0
-    for shape in net.conv_shapes():
+    for shape in dict.fromkeys(c.shape for c in net.sparse_convs):
         choices = next(lp.choices for lp in plan.layers if lp.layer.shape == shape)
         seen = []
         for lv in LEVELS:

@@ -181,19 +181,25 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
 
 def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | str = DEFAULT_LEVELS,
                  model: str = "snn", layers: Iterable[str] | None = None, candidates: int = 1) -> Plan:
-    """Plan every conv layer of `net` (or only those named in `layers`); identical shapes are
-    planned once and share one choices dict. candidates: see plan_shape."""
+    """Plan every conv layer of `net` that can run sparse (spec.ConvLayer.sparse: not the image-reading
+    stem, not a grouped conv), or only those named in `layers`; identical shapes are planned once and
+    share one choices dict. candidates: see plan_shape."""
     check(model, batch)
     lv = parse_levels(levels)
-    convs = list(net.convs)
+    convs = list(net.sparse_convs)
     if layers is not None:
         wanted = list(layers)
-        by_name = {c.name: c for c in convs}
+        by_name = {c.name: c for c in net.convs}
         missing = [n for n in wanted if n not in by_name]
         if missing:
-            some = ", ".join(c.name for c in convs[:4])
+            some = ", ".join(c.name for c in net.convs[:4])
             raise UserError(f"{net.path}: no conv layer named '{missing[0]}' (conv layers are e.g. {some}, ...; "
                             f"see snn-codegen inspect)")
+        dense = [n for n in wanted if not by_name[n].sparse]
+        if dense:
+            c = by_name[dense[0]]
+            why = f"it is grouped ({c.groups} groups)" if c.groups > 1 else f"its input '{c.input}' is no ReLU output"
+            raise UserError(f"{net.path}: conv layer '{c.name}' always runs dense: {why}")
         convs = [by_name[n] for n in dict.fromkeys(wanted)]
     cache: dict[ConvShape, dict[float, Choice]] = {}
     planned = []
