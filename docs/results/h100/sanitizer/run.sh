@@ -1,0 +1,22 @@
+#!/bin/bash
+# Every kernel of a bundle with odd shapes (odd_shapes.yaml: 5x5 and 7x7 kernels, stride 2 on odd sizes, channel
+# counts no tile divides; batch 1 and 3, every level of the sweep) against float64, then the same check under
+# compute-sanitizer memcheck and racecheck.
+#   bash docs/results/h100/sanitizer/run.sh OUT_DIR
+set -uo pipefail
+out=${1:?usage: run.sh OUT_DIR}
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../.."
+. docs/results/h100/env.sh
+env_report > "$out/env.txt"
+gen=$(mktemp -d)
+snn-codegen build "$here/odd_shapes.yaml" --gpu h100 --batch 1,3 --out "$gen" -j 16 2>&1 | tail -2 | tee "$out/build.log"
+export SNN_GENERATED=$gen SNN_RESULTS=$out
+check=(python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py)
+"${check[@]}" 2>&1 | tail -3 | tee "$out/float64.log"
+for tool in memcheck racecheck; do
+  compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all "${check[@]}" > "$out/$tool.log" 2>&1
+  echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
+done
