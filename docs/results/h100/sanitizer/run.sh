@@ -15,8 +15,11 @@ snn-codegen build "$here/odd_shapes.yaml" --gpu h100 --batch 1,3 --out "$gen" -j
 export SNN_GENERATED=$gen SNN_RESULTS=$out
 check=(python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py)
 "${check[@]}" 2>&1 | tail -3 | tee "$out/float64.log"
+# --report-api-errors no: cuda-python probes optional driver entry points (cuGetProcAddress answers
+# "invalid argument" for the ones this driver lacks); those host-side answers are not kernel errors.
 for tool in memcheck racecheck; do
-  compute-sanitizer --tool $tool --error-exitcode 9 --target-processes all "${check[@]}" > "$out/$tool.log" 2>&1
+  compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --target-processes all "${check[@]}" \
+    > "$out/$tool.log" 2>&1
   echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
 done
