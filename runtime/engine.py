@@ -38,6 +38,14 @@ def bundle_spec(folder: Path) -> Path:
     return spec
 
 
+def default_batch(folder: Path) -> int:
+    """The largest batch size the bundle was built for (1 if the manifest cannot say: loading it reports why)."""
+    try:
+        return max(int(b) for b in json.loads((folder / bundle_format.MANIFEST).read_text())["batches"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
 class Engine:
     """A bundle, its weights and one batch-size bucket set, ready on the GPU.
 
@@ -58,11 +66,7 @@ class Engine:
         self.spec_path = str(spec or bundle_spec(folder))
         self.net: Network = load_spec(self.spec_path)
         self.device = Device()
-        if batch is None:
-            try:
-                batch = max(int(b) for b in json.loads((folder / bundle_format.MANIFEST).read_text())["batches"])
-            except (OSError, ValueError, KeyError, TypeError):
-                batch = 1  # manifest.load below says what is wrong with the file
+        batch = default_batch(folder) if batch is None else batch
         if batch < 1:
             raise RunError(f"batch must be at least 1, got {batch}")
         self.batch, self.force = batch, force

@@ -35,6 +35,9 @@ def test_build_writes_a_relocatable_bundle(tmp_path, monkeypatch):
     assert r.manifest["batches"] == [1, 2] and r.manifest["levels"] == [0.5, 0.8]
     assert bundle.verify(folder) == [] and (folder / "spec.yaml").read_text() == SPEC
     assert "bundle: " in r.summary()
+    assert [lay["name"] for lay in r.manifest["layers"]] == ["c1"]  # the stem reads the image: no kernels
+    from snn.runtime.engine import default_batch
+    assert default_batch(folder) == 2  # snn.load / snn-run infer without a batch: the largest built
 
 
 def test_load_names_a_folder_that_is_no_bundle(tmp_path):

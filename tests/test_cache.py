@@ -50,6 +50,18 @@ def test_interrupted_write_keeps_old_file(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["f"]
 
 
+def test_written_files_follow_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "a", "x")
+        os.umask(0o077)
+        atomic_write(tmp_path / "b", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a").stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600: bundles are shared
+    assert (tmp_path / "b").stat().st_mode & 0o777 == 0o600
+
+
 def test_write_if_changed(tmp_path):
     p = tmp_path / "a.cu"
     assert write_if_changed(p, "x")

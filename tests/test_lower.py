@@ -20,6 +20,7 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     ops = {(op.kind, op.name): op for op in prog.ops}
     # conv1 reads the image: never eligible; every conv after a relu (through maxpool/concat) is
     assert prog.eligible == {c.name for c in tiny.convs} - {"conv1"}
+    assert prog.eligible == {c.name for c in tiny.sparse_convs}  # the set the plan and the build make kernels for
     kinds = [op.kind for op in prog.ops]
     assert "relu" in kinds                       # fc1.relu: plain torch
     assert "batchnorm" not in kinds and "bn" not in kinds
