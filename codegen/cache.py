@@ -127,8 +127,13 @@ class CubinCache:
     def lock(self):
         """Exclusive use of the cache for one build's lookups and compilation: a second build into the
         same cache waits, then finds the first one's cubins instead of compiling them again."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / ".lock", "a") as f:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            f = open(self.root / ".lock", "a")
+        except OSError:  # a read-only cache: lookups still work, and a miss says it cannot write
+            yield
+            return
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
