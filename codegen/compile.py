@@ -23,7 +23,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable
@@ -213,7 +213,6 @@ class Compiled:
     hits: int
     compiled: int
     seconds: float                    # spent compiling the misses
-    toolchain: Toolchain = field(repr=False, default=None)
 
 
 class Compiler:
@@ -250,5 +249,4 @@ class Compiler:
                     compile_units(misses, arch, self.toolchain, self.cache, self.jobs, bar.update)
             else:
                 compile_units(misses, arch, self.toolchain, self.cache, self.jobs)
-        return Compiled({u.name: u.record for u in units}, hits, len(misses), time.perf_counter() - t0,
-                        self.toolchain)
+        return Compiled({u.name: u.record for u in units}, hits, len(misses), time.perf_counter() - t0)

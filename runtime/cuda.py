@@ -58,6 +58,12 @@ NO_GPU_HINT = ("snn-run runs on a machine with an NVIDIA GPU and its driver; `sn
                "on any machine, to copy there")
 
 
+def require_gpu() -> None:
+    """One line saying there is no GPU, before anything asks for torch."""
+    if why := gpu_missing():
+        raise RunError(f"{why}: {NO_GPU_HINT}")
+
+
 def check(result, what: str):
     """Unpack a cuda-python (CUresult, *values) tuple; raise CudaError naming the call on failure."""
     err, *vals = result if isinstance(result, tuple) else (result,)

@@ -52,12 +52,13 @@ class Engine:
     batch: the largest batch run at once (must be built); default: the bundle's largest.
     weights: None (seeded random, BN calibrated: labels mean nothing), 'torchvision', or a state_dict path.
     tuning: the tuning file to merge (default: the bundle's tuning.json if present; False: none).
+    device: a runtime.cuda.Device already made (default: one for the current CUDA device).
     force: 'auto' (per layer from the zero counter), 'dense' or 'sparse' everywhere.
     """
 
     def __init__(self, bundle: str | Path, weights: str | None = None, batch: int | None = None,
                  graph: bool = True, tuning: str | Path | bool | None = None, force: str = "auto",
-                 trace: bool = False, seed: int = 0, spec: str | Path | None = None):
+                 trace: bool = False, seed: int = 0, spec: str | Path | None = None, device=None):
         from . import manifest, weights as weights_mod
         from .cuda import Device
         from .executor import Executor
@@ -65,7 +66,7 @@ class Engine:
         folder = bundle_dir(bundle)
         self.spec_path = str(spec or bundle_spec(folder))
         self.net: Network = load_spec(self.spec_path)
-        self.device = Device()
+        self.device = device or Device()
         batch = default_batch(folder) if batch is None else batch
         if batch < 1:
             raise RunError(f"batch must be at least 1, got {batch}")
@@ -115,7 +116,3 @@ class Engine:
                 outs.append(self.forward_bucket(part)[:n])
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
-
-def load(bundle: str | Path, weights: str | None = None, batch: int | None = None, **kwargs) -> Engine:
-    """`snn.load`: see Engine."""
-    return Engine(bundle, weights, batch, **kwargs)

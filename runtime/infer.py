@@ -101,7 +101,8 @@ class Session:
         net = load_spec(spec)
         dev = Device()
         path = manifest.locate(cache_dir, net, spec, gpu, batch or 1, dev.name, dev.compute_capability)
-        self.engine = Engine(path.parent, weights_arg, batch, graph, tuning, force, trace, seed, spec=spec)
+        self.engine = Engine(path.parent, weights_arg, batch, graph, tuning, force, trace, seed, spec=spec,
+                             device=dev)
         e = self.engine
         self.net, self.device, self.cache, self.executor, self.graph = e.net, e.device, e.cache, e.executor, e.graph
         self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, e.batch, force
@@ -231,9 +232,8 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
         raise RunError(str(e)) from None
     if not paths:
         raise RunError(f"{image_dir}: no image files found (looked for {', '.join(sorted(images.IMAGE_SUFFIXES))})")
-    from .cuda import NO_GPU_HINT, gpu_missing, import_torch
-    if why := gpu_missing():
-        raise RunError(f"{why}: {NO_GPU_HINT}")
+    from .cuda import import_torch, require_gpu
+    require_gpu()
     import_torch()
     images._pil()
     session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)

@@ -4,7 +4,6 @@ result document."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess

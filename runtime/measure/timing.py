@@ -15,7 +15,6 @@ import statistics
 import subprocess
 import time
 
-from ..errors import RunError
 from .common import git_commit
 
 _CYCLES_PER_US = 2000  # above any H100/H200 SM clock: the sleep is long enough
@@ -48,9 +47,9 @@ class Env:
     """torch, the device (CUDA, or the CPU for a dry run), and what the JSON records about them."""
 
     def __init__(self, cpu_dry_run: bool = False):
-        from ..cuda import NO_GPU_HINT, gpu_missing, import_torch
-        if not cpu_dry_run and (why := gpu_missing()):
-            raise RunError(f"{why}: {NO_GPU_HINT}")
+        from ..cuda import import_torch, require_gpu
+        if not cpu_dry_run:
+            require_gpu()
         self.torch = torch = import_torch()
         self.cpu = cpu_dry_run
         if cpu_dry_run:
