@@ -254,14 +254,10 @@ def _bar(label):
     return lambda n: click.progressbar(length=n, label=label, show_pos=True, file=sys.stderr)
 
 
-def _profile_suffix(profile):
-    return "_profile" + "-".join(f"{p:g}" for p in profile) if profile else ""
-
-
-def _checkpoint(out, kind, spec, profile=None):
+def _checkpoint(out, kind, spec):
     """Write the document so far after every shape/batch: an interrupted run keeps what it measured."""
     from snn.runtime.measure.common import write_json
-    name = f"{kind}_{load_spec(spec).name}{_profile_suffix(profile) if kind == 'e2e' else ''}"
+    name = f"{kind}_{load_spec(spec).name}"
     return lambda doc: write_json(doc, f"{out}/{name}.json")
 
 
@@ -350,29 +346,41 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
 @bench_group.command("e2e")
 @_bench_options
 @click.option("--batch", "batch", default="1,8,32", metavar="B[,B...]", help="Batch sizes (each must be built).")
-@click.option("--sparsity-profile", "profile", default=None, metavar="S[,S...]",
-              help="Shift each folded-BN bias so every ReLU feeding a conv reaches this sparsity on the images "
-                   "(one value, or one per stage); labelled as such in every output.")
+@click.option("--sparsity-profile", "profiles", multiple=True, metavar="PROFILE",
+              help="Set each conv's input sparsity on the images before timing snn: a number (0.7), one per stage "
+                   "(0.5,0.6,0.7,0.8), `trained` (the shipped trained-like profile of this network), a shipped "
+                   "profile's name or a profile file (docs/bench.md). Repeat to time snn on several; the baselines "
+                   "run once, on the first.")
+@click.option("--precisions", default="fp32,tf32,fp16,bf16", show_default=True,
+              help="Precisions of the dense baselines.")
+@click.option("--baselines", "kinds", default="eager,graph,compile", show_default=True,
+              help="How the dense baselines run: eager, graph (CUDA-graph replay), compile (torch.compile, "
+                   "inductor with freezing, mode=reduce-overhead).")
 @click.option("--out", default="results", type=click.Path(file_okay=False, path_type=str),
               help="Folder for e2e_<network>.json, plots and summary.md.")
 @click.option("--graph/--no-graph", "graphs", default=True,
-              help="Time snn as one CUDA graph with device-side dispatch (default; the eager path is timed beside "
-                   "it) and the dense baselines replayed from CUDA graphs too; --no-graph: eager only.")
+              help="Time snn as one CUDA graph with device-side dispatch (default); --no-graph: eager, host dispatch.")
 @click.option("--energy/--no-energy", default=True, help="Energy per image from NVML's energy counter.")
 @_run_errors
-def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, profile, out,
-                  graphs, energy):
-    """Whole-network time (and energy) of snn against the dense network on cuDNN (FP32 and TF32; eager
-    and CUDA-graph), paper Figs. 12-13."""
+def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, profiles,
+                  precisions, kinds, out, graphs, energy):
+    """Whole-network time (and energy) of snn against the dense baselines a PyTorch user would run: the model
+    eager, CUDA-graph replayed and torch.compile'd, in FP32 (TF32 off), TF32, FP16 and BF16, in one run on the
+    same images; speedups against the strongest FP32 baseline and the strongest overall."""
+    from snn.runtime.measure.baselines import KINDS, PRECISIONS, parse_choice
     from snn.runtime.measure.common import parse_batches
     from snn.runtime.measure.e2e import bench_e2e
-    from snn.runtime.measure.profiles import parse_profile
-    doc = bench_e2e(spec, cache_dir, gpu, parse_batches(batch), images_dir, weights, seed,
-                    parse_profile(profile), reps or 20, 3 if warmup is None else warmup, graphs, energy,
-                    cpu_dry_run=cpu_dry_run, log=click.echo,
-                    checkpoint=_checkpoint(out, "e2e", spec, parse_profile(profile)))
-    suffix = _profile_suffix(doc["sparsity_profile"])
-    _finish(doc, out, f"e2e_{doc['network']}{suffix}")
+    from snn.runtime.errors import RunError
+    from snn.runtime.measure.profiles import resolve_profile
+    net = load_spec(spec)
+    profs = [resolve_profile(p, net) for p in profiles]
+    if len({p.name for p in profs}) < len(profs):
+        raise RunError(f"--sparsity-profile: the same profile given twice ({', '.join(p.name for p in profs)})")
+    doc = bench_e2e(spec, cache_dir, gpu, parse_batches(batch), images_dir, weights, seed, profs,
+                    parse_choice(precisions, PRECISIONS, "--precisions"), parse_choice(kinds, KINDS, "--baselines"),
+                    reps or 20, 3 if warmup is None else warmup, graphs, energy,
+                    cpu_dry_run=cpu_dry_run, log=click.echo, checkpoint=_checkpoint(out, "e2e", spec))
+    _finish(doc, out, f"e2e_{doc['network']}")
 
 
 @bench_group.command("report")

@@ -5,7 +5,7 @@ from click.testing import CliRunner
 
 from snn import cli
 from snn.runtime.errors import RunError
-from snn.runtime.measure import common, layer, report, summary
+from snn.runtime.measure import baselines, common, layer, report, summary
 
 
 def _fake_layers_doc(network="fakenet"):
@@ -28,17 +28,29 @@ def _fake_layers_doc(network="fakenet"):
 
 
 def _fake_e2e_doc():
-    run = {"times_ms": {"snn": {"median_ms": 2.0}, "torchvision_fp32": {"median_ms": 3.0},
-                        "torchvision_tf32": {"median_ms": 1.0}, "torchvision_fp32_graph": {"median_ms": 2.4},
-                        "dense_exec_fp32": {"median_ms": 4.0}},
-           "speedup_snn_over": {"torchvision_fp32": 1.5, "torchvision_tf32": 0.5, "torchvision_fp32_graph": 1.2,
-                                "dense_exec_fp32": 2.0},
-           "energy_ratio_over_snn": {"torchvision_fp32_graph": 1.4, "torchvision_fp32": 1.5},
-           "energy": {"snn": {"mj_per_image": 100.0}, "torchvision_fp32": {"mj_per_image": 150.0},
-                      "torchvision_tf32": None},
-           "layers": [{"path": "sparse"}, {"path": "dense"}], "sparse_layers": 1, "mean_conv_input_sparsity": 0.7}
+    def bl(ms, p, kind, mj=None):
+        return {"median_ms": ms, "precision": p, "kind": kind, "energy": {"mj_per_image": mj} if mj else None,
+                "rel_err_vs_fp64": 1e-3 if p in ("fp16", "bf16") else 1e-7}
+    run = {"baselines": {"torch_eager_fp32": bl(3.0, "fp32", "eager", 150.0), "torch_graph_fp32": bl(2.4, "fp32", "graph", 140.0),
+                         "torch.compile_fp32": bl(2.6, "fp32", "compile"), "torch_graph_tf32": bl(1.0, "tf32", "graph"),
+                         "torch.compile_bf16": bl(0.8, "bf16", "compile")},
+           "snn": {"trained": {"median_ms": 2.0, "energy": {"mj_per_image": 100.0}, "sparse_layers": 1, "convs": 2,
+                               "mean_conv_input_sparsity": 0.6, "rel_err_vs_fp64": 2e-7,
+                               "layers": [{"name": "c1", "sparsity": 0.58, "path": "sparse"},
+                                          {"name": "c2", "sparsity": 0.3, "path": "dense"}]},
+                   "0.7": {"median_ms": 1.6, "sparse_layers": 2, "convs": 2, "mean_conv_input_sparsity": 0.7}},
+           "strongest": {"same_precision": "torch_graph_fp32", "overall": "torch.compile_bf16"},
+           "notes": {"torch.compile_fp16": "torch.compile unavailable: triton is not installed"},
+           "dense_exec_fp32": {"median_ms": 4.0}, "baseline_model": "torchvision.models.fakenet"}
+    per_conv = [{"conv": "c1", "target": 0.6, "realized": 0.59, "origin": "measured", "rule": 1,
+                 "roles": ["3x3"], "stage": 1},
+                {"conv": "c2", "target": 0.3, "realized": 0.31, "origin": "assumed", "rule": 2,
+                 "roles": ["expand"], "stage": 1}]
     return {"schema": 1, "kind": "e2e", "network": "fakenet", "batches": [1], "runs": {"1": run},
-            "weights": "random", "sparsity_profile": [0.7], "sparsity_profile_note": "biases shifted",
+            "weights": "random", "profiles": [{"name": "trained", "description": "trained-like", "per_conv": per_conv,
+                                                "max_abs_realized_minus_target": 0.01},
+                                               {"name": "0.7", "description": "uniform 0.7", "per_conv": []}],
+            "baselines_on_profile": "trained", "profile_note": "sparsity SET by shifting biases",
             "environment": {"gpu": "Fake GPU"}}
 
 
@@ -72,19 +84,39 @@ def test_useful_throughput_and_fixed_cost_rows():
     assert "measured in the same run (50.0 TFLOP/s" in md
 
 
+def test_e2e_rows_against_the_strongest_baselines():
+    rows = summary.e2e_rows(_fake_e2e_doc())
+    assert [(r["profile"], r["same_precision"], r["overall"]) for r in rows] == [
+        ("trained", "torch_graph_fp32", "torch.compile_bf16"), ("0.7", "torch_graph_fp32", "torch.compile_bf16")]
+    assert rows[0]["same_precision_speedup"] == pytest.approx(2.4 / 2.0)
+    assert rows[0]["overall_speedup"] == pytest.approx(0.8 / 2.0)
+    assert rows[0]["energy_ratio"] == pytest.approx(140.0 / 100.0)
+    assert rows[1]["same_precision_speedup"] == pytest.approx(2.4 / 1.6) and rows[1]["energy_ratio"] is None
+
+
+def test_strongest_picks_per_precision_and_overall():
+    times = _fake_e2e_doc()["runs"]["1"]["baselines"]
+    assert baselines.strongest(times, "fp32") == ("torch_graph_fp32", 2.4)
+    assert baselines.strongest(times) == ("torch.compile_bf16", 0.8)
+    assert baselines.strongest({}, "fp32") == (None, None)
+
+
 def test_summary_headline_and_tables():
     md = summary.summary_markdown([_fake_layers_doc(), _fake_e2e_doc()])
     assert "Fake GPU" in md and "abc" in md
     assert "| 1 | 0.50 | 2 |" in md                      # per batch and level
     assert "| 3x3 64->64 @56x56 | 3 | 0.90 |" in md     # lowest winning level per shape
     assert "exhaustive" in md                           # Fig. 8 status is stated, not hidden
-    assert "Sparsity profile [0.7]" in md               # the profile is labelled
-    assert "100.0 / 150.0" in md
     head = md.split("## Headline")[1].split("##")[0]
-    # e2e against the strongest dense configuration of each precision, not the eager one
-    assert ("| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | 1.20 (torchvision_fp32_graph) | 0.50 (torchvision_tf32) "
+    # e2e against the strongest baseline of snn's precision and the strongest overall, first profile
+    assert ("| fakenet | 1 | 1.22 (0.35) | 3.46 (1.00) | trained | 1.20 (torch_graph_fp32) | 0.40 (torch.compile_bf16) "
             "| 1.40 | – |") in head
-    assert summary.strongest_dense({"times_ms": {}}) == (None, None)
+    e2e = md.split("## End to end")[1]
+    assert "| 1 | trained | 2.000 | torch_graph_fp32 | 2.400 | 1.20× | torch.compile_bf16 | 0.800 | 0.40× |" in e2e
+    assert "| 1 | 0.7 | 1.600 |" in e2e
+    assert "triton is not installed" in e2e              # a baseline that could not run is said
+    assert "| c1 | 3x3 | 1 | 0.60 | measured | 0.590 | 0.580 |" in e2e   # target, realized, GPU-measured
+    assert "snn's executor" in e2e and "not a baseline" in e2e
 
 
 def test_report_writes_summary_and_plots(tmp_path):

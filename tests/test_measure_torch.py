@@ -29,18 +29,31 @@ def test_bench_layers_inputs_hit_the_levels(setup):
     assert (tmp / "res" / "summary.md").is_file()
 
 
-def test_bench_e2e_profile_reaches_its_target(setup):
+def test_bench_e2e_profiles_and_baselines(setup):
     spec, m, tmp = setup
-    run(["bench", "e2e", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--batch", "2",
-         "--sparsity-profile", "0.8", "--out", str(tmp / "res")])
-    doc = json.loads((tmp / "res" / "e2e_tinybench_profile0.8.json").read_text())
-    assert doc["sparsity_profile"] == [0.8] and "SET" in doc["sparsity_profile_note"]
-    assert {r["relu"] for r in doc["profile_report"]} == {"relu1", "relu2", "relu3"}  # relu4 feeds no conv
-    assert all(abs(r["after"] - 0.8) < 0.01 for r in doc["profile_report"])
-    run_b2 = doc["runs"]["2"]
-    sp = {l["name"]: l["sparsity"] for l in run_b2["layers"]}
-    # the profile was fitted on the whole image pool; the measured batch is a part of it
-    assert abs(sp["conv3"] - 0.8) < 0.1 and abs(sp["conv4"] - 0.8) < 0.1
-    assert run_b2["rel_err_snn_vs_dense"] < 1e-5
-    assert {"snn", "dense_exec_fp32"} <= set(run_b2["times_ms"])
-    assert "torchvision" in run_b2["notes"]  # no torchvision model of that name: said, not hidden
+    out = run(["bench", "e2e", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--batch", "2",
+               "--sparsity-profile", "0.8", "--sparsity-profile", "0.5", "--precisions", "fp32,bf16",
+               "--out", str(tmp / "res")])
+    doc = json.loads((tmp / "res" / "e2e_tinybench.json").read_text())
+    assert [p["name"] for p in doc["profiles"]] == ["0.8", "0.5"] and "SET" in doc["profile_note"]
+    assert doc["baselines_on_profile"] == "0.8"
+    for p in doc["profiles"]:  # every conv reading a ReLU: target and what it realized on the images
+        assert {c["conv"] for c in p["per_conv"]} == {"conv2", "conv3", "conv4"}
+        assert all(abs(c["realized"] - float(p["name"])) < 0.02 for c in p["per_conv"]), p["per_conv"]
+    r = doc["runs"]["2"]
+    for label, target in (("0.8", 0.8), ("0.5", 0.5)):
+        sp = {l["name"]: l for l in r["snn"][label]["layers"]}
+        # the profile was fitted on the whole image pool; the measured batch is a part of it
+        assert abs(sp["conv3"]["sparsity"] - target) < 0.1 and sp["conv3"]["target"] == target
+        assert r["snn"][label]["rel_err_vs_fp64"] < 1e-5
+    # no torchvision model of that name: the spec itself as a PyTorch module, eager here; graphs and
+    # torch.compile are not run on the CPU dry run, and the document says so
+    assert set(r["baselines"]) == {"torch_eager_fp32", "torch_eager_bf16"}
+    assert "spec as a PyTorch module" in r["baseline_model"]
+    assert r["baselines"]["torch_eager_fp32"]["rel_err_vs_fp64"] < 1e-5
+    assert 1e-4 < r["baselines"]["torch_eager_bf16"]["rel_err_vs_fp64"] < 0.1
+    assert "CPU dry run" in r["notes"]["torch.compile_fp32"] and "CPU dry run" in r["notes"]["graph"]
+    assert r["strongest"]["same_precision"] == "torch_eager_fp32"
+    assert r["speedup"]["0.8"]["same_precision"] > 0
+    assert "Profile <b>0.8</b>" in (tmp / "res" / "summary.md").read_text()
+    assert "wrote" in out

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from snn.codegen.spec import Network
 
 from ..errors import RunError
@@ -35,7 +34,7 @@ def load_image_pool(net: Network, images_dir: str | None, n: int, seed: int = 0)
     images, then repeated, to reach n), or smooth synthetic images when no folder is given."""
     from .. import images, weights
     torch = __import__("torch")
-    c, h, w = net.input_shape
+    c, h, _ = net.input_shape
     if not images_dir:
         return weights.synthetic_images(n, net.input_shape, seed), {"source": "synthetic", "n": n}
     try:
@@ -94,23 +93,28 @@ def relu_sources(net: Network) -> dict[str, set[str]]:
     return out
 
 
-def forward(net: Network, sd: dict, x, keep=(), on_relu=None):
+def forward(net: Network, sd: dict, x, keep=(), on_relu=None, on_conv=None):
     """Node-by-node NCHW FP32 forward (as executor.reference) that also returns, for each conv in
     `keep` whose input is ReLU-derived, that input's pre-activation z (input == ReLU(z)).
-    on_relu(node, z) -> z' may move z before the ReLU (the sparsity profile)."""
+    on_relu(node, z) -> z' may move z before the ReLU (the sparsity profile); on_conv(node, x) sees
+    each conv's input just before the conv (what the profile measures)."""
     torch = __import__("torch")
     F = torch.nn.functional
     last: dict[str, int] = {}
     for i, n in enumerate(net.nodes):
         for v in n.inputs:
             last[v] = i
-    p = lambda n, k: sd[f"{n.param}.{k}"]  # noqa: E731
+
+    def p(n, k):
+        return sd[f"{n.param}.{k}"]
     env, pre, kept = {net.input_name: x}, {}, {}
     for i, n in enumerate(net.nodes):
         v = [env[k] for k in n.inputs]
         if n.op == "conv":
             if n.name in keep and n.inputs[0] in pre:
                 kept[n.name] = pre[n.inputs[0]]
+            if on_conv:
+                on_conv(n, v[0])
             y = F.conv2d(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None, n["stride"], n["padding"],
                          1, n["groups"])
         elif n.op == "batchnorm":

@@ -3,8 +3,9 @@
 What is in each number (the same in the JSON, the plots and the summary):
 - `sparse`: every step the manifest lists for the layer's kernel (memset if any, the launch(es); the
   dense->compact conversion is fused into the conv kernel). No bias, no ReLU.
-- `dense_fp32` / `dense_tf32`: one cuDNN convolution (`F.conv2d`, no bias), `cudnn.benchmark=True`,
-  NHWC; with `nchw`, also NCHW, and the best of the two formats is the baseline.
+- `dense_fp32` / `dense_tf32` / `dense_fp16` / `dense_bf16`: one cuDNN convolution (`F.conv2d`, no bias),
+  `cudnn.benchmark=True`, NHWC, in FP32 with TF32 off, TF32, and with weights and input cast to FP16 and
+  BF16 (tensor cores); with `nchw`, also NCHW, and the best of the two formats is the baseline.
 - `epilogue`: the `snn_epilogue` launch that adds the bias and applies the ReLU in place on the conv
   output (`epilogue_count`: the same, also counting zeros, which the sparse path needs). Both paths of
   the executor run it after the conv, so it is reported apart and added to both sides where a
@@ -28,9 +29,9 @@ from .timing import Env, Timer
 
 
 def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, weight, sets, nchw: bool,
-                  check: bool = True, dense: bool = True) -> dict:
-    """Time the sparse kernel and cuDNN (FP32, TF32; NHWC, and NCHW if asked; none if not `dense`) on the
-    same input sets."""
+                  check: bool = True, dense: bool = True, precisions=("fp32", "tf32")) -> dict:
+    """Time the sparse kernel and cuDNN (in `precisions` of fp32, tf32, fp16, bf16; NHWC, and NCHW if asked;
+    none if not `dense`) on the same input sets."""
     from ..lower import to_layout
     torch = env.torch
     F = torch.nn.functional
@@ -51,7 +52,6 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
                      torch.linalg.vector_norm(ref.double()).clamp_min(1e-30)).item())
         rec["rel_err_vs_cudnn_fp32"] = err if math.isfinite(err) else None
         rec["nan_in_output"] = bool(torch.isnan(out).any().item())
-    w_cl = weight.contiguous(memory_format=cl)
     times, hosts = {}, {}
 
     def run(name, fns, tf32=False):
@@ -61,17 +61,15 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
         env.set_tf32(False)
 
     run("sparse", [lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape) for x in sets])
-    fns = [lambda x=x: F.conv2d(x, w_cl, None, shape.stride, shape.padding) for x in sets]
-    if dense:
-        run("dense_fp32_nhwc", fns)
-        run("dense_tf32_nhwc", fns, True)
-    if dense and nchw:
-        xs = [x.contiguous() for x in sets]
-        w = weight.contiguous()
-        dn = [lambda x=x: F.conv2d(x, w, None, shape.stride, shape.padding) for x in xs]
-        run("dense_fp32_nchw", dn)
-        run("dense_tf32_nchw", dn, True)
-        del xs
+    for p in precisions if dense else ():
+        dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(p, torch.float32)
+        for fmt in ("nhwc", "nchw") if nchw else ("nhwc",):
+            mf = cl if fmt == "nhwc" else torch.contiguous_format
+            w = weight.to(dt).contiguous(memory_format=mf)
+            xs = [x.to(dt).contiguous(memory_format=mf) for x in sets]
+            run(f"dense_{p}_{fmt}", [lambda x=x, w=w: F.conv2d(x, w, None, shape.stride, shape.padding) for x in xs],
+                p == "tf32")
+            del xs
     rec["times"] = {k: stats(v) for k, v in times.items()}
     rec["host"] = hosts
     return rec
@@ -90,11 +88,12 @@ def measure_epilogue(env: Env, timer: Timer, backend, shape, B) -> dict:
 def derive_layer(rec: dict) -> dict:
     """Best-of-format baselines and speedups from one level record's medians."""
     t = {k: v["median_us"] for k, v in rec["times"].items()}
-    d = {"dense_fp32_us": min(v for k, v in t.items() if k.startswith("dense_fp32")),
-         "dense_tf32_us": min(v for k, v in t.items() if k.startswith("dense_tf32")),
-         "sparse_us": t["sparse"]}
-    d["speedup_fp32"] = round(d["dense_fp32_us"] / d["sparse_us"], 4)
-    d["speedup_tf32"] = round(d["dense_tf32_us"] / d["sparse_us"], 4)
+    d = {"sparse_us": t["sparse"]}
+    for p in ("fp32", "tf32", "fp16", "bf16"):
+        ts = [v for k, v in t.items() if k.startswith(f"dense_{p}_")]
+        if ts:
+            d[f"dense_{p}_us"] = min(ts)
+            d[f"speedup_{p}"] = round(d[f"dense_{p}_us"] / d["sparse_us"], 4)
     return d
 
 
@@ -166,7 +165,8 @@ def _bench_group(env, net, sd, timer, caches, batches, levels, g, z_all, perms, 
         for level in levels:
             kernel = dispatch.choose(le, level, "sparse")
             xs = [at_level(s, level) for s in sets]
-            rec = measure_layer(env, timer, backend, cache, kernel, shape, weight, xs, nchw)
+            rec = measure_layer(env, timer, backend, cache, kernel, shape, weight, xs, nchw,
+                                precisions=("fp32", "tf32", "fp16", "bf16"))
             rec["sparsity"] = [round(float((x == 0).float().mean().item()), 4) for x in xs]
             rec.update(derive_layer(rec))
             rec["useful_tflops"] = useful_tflops(shape.macs * B, float(np.mean(rec["sparsity"])), rec["sparse_us"])

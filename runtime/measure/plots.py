@@ -80,50 +80,41 @@ def plot_layers(doc: dict, out: str | Path) -> list[Path]:
 
 
 def plot_e2e(docs: list[dict], out: str | Path) -> list[Path]:
-    """Whole-network speedup of snn over each dense variant, and energy per image (Figs. 12-13)."""
+    """Per network, batch by batch: snn's time on each sparsity profile beside the fastest baseline of each
+    precision (of eager, CUDA graph and torch.compile), log scale (paper Figs. 12-13, honest baselines)."""
+    docs = [d for d in docs if d.get("runs")]
+    if not docs:
+        return []
     plt = _plt()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    cats, speed, energy = [], {}, {}
-    for d in docs:
-        for B, r in d["runs"].items():
-            cats.append(f"{d['network']}\nb{B}")
-            for k, v in r["speedup_snn_over"].items():
-                speed.setdefault(k, {})[cats[-1]] = v
-            for k, v in (r.get("energy") or {}).items():
-                if v:
-                    energy.setdefault(k, {})[cats[-1]] = v["mj_per_image"]
-    if not cats:
-        return []
-    fig, axes = plt.subplots(1, 2 if energy else 1, figsize=(max(7, 1.1 * len(cats)) * (2 if energy else 1), 4.2),
-                             squeeze=False)
-    # one colour per variant in both panels
-    names = sorted(set(speed) | set(energy), key=lambda k: (k != "snn", k))
-    colour = {k: plt.get_cmap("tab10")(i % 10) for i, k in enumerate(names)}
-    ax = axes[0][0]
-    w = 0.8 / max(1, len(speed))
-    for i, (k, vals) in enumerate(sorted(speed.items())):
-        ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k, color=colour[k])
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.set_xticks([c + 0.4 - w / 2 for c in range(len(cats))])
-    ax.set_xticklabels(cats, fontsize=7)
-    ax.set_ylabel("variant's time / snn's time (> 1: snn faster)")
-    prof = {str(d.get("sparsity_profile")) for d in docs}
-    ax.set_title("end to end: snn speedup" + (f" (sparsity profile {', '.join(sorted(prof))})"
-                                                if any(d.get("sparsity_profile") for d in docs) else ""), fontsize=9)
-    ax.legend(fontsize=7)
-    ax.grid(True, axis="y", alpha=0.3)
-    if energy:
-        ax = axes[0][1]
-        w = 0.8 / len(energy)
-        for i, (k, vals) in enumerate(sorted(energy.items(), key=lambda kv: (kv[0] != "snn", kv[0]))):
-            ax.bar([c + i * w for c in range(len(cats))], [vals.get(c, 0) for c in cats], w, label=k, color=colour[k])
-        ax.set_xticks([c + 0.4 - w / 2 for c in range(len(cats))])
-        ax.set_xticklabels(cats, fontsize=7)
+    fig, axes = plt.subplots(1, len(docs), figsize=(5.2 * len(docs), 4.2), squeeze=False)
+    for ax, d in zip(axes[0], docs):
+        bs = sorted(d["runs"], key=int)
+        series: dict[str, dict] = {}
+        for b in bs:
+            r = d["runs"][b]
+            for label, s in r.get("snn", {}).items():
+                series.setdefault(f"snn FP32 [{label}]", {})[b] = s["median_ms"]
+            best: dict = {}
+            for n, v in r.get("baselines", {}).items():
+                p = v.get("precision", "?")
+                if p not in best or v["median_ms"] < best[p][0]:
+                    best[p] = (v["median_ms"], v.get("kind"))
+            for p, (ms, _) in best.items():
+                series.setdefault(f"best {p.upper()} baseline", {})[b] = ms
+        names = sorted(series, key=lambda k: (not k.startswith("snn"), k))
+        w = 0.8 / max(1, len(names))
+        cmap = plt.get_cmap("tab10")
+        for i, k in enumerate(names):
+            ax.bar([j + i * w for j in range(len(bs))], [series[k].get(b, 0) for b in bs], w, label=k,
+                   color=cmap(i % 10), hatch="//" if k.startswith("snn") else None)
+        ax.set_xticks([j + 0.4 - w / 2 for j in range(len(bs))])
+        ax.set_xticklabels([f"batch {b}" for b in bs], fontsize=8)
         ax.set_yscale("log")
-        ax.set_ylabel("energy per image (mJ, NVML)")
-        ax.set_title("energy per inference", fontsize=9)
-        ax.legend(fontsize=7)
+        ax.set_ylabel("ms per forward pass (wall, median)")
+        ax.set_title(f"{d['network']}: snn vs the fastest dense baseline per precision", fontsize=9)
+        ax.legend(fontsize=6)
         ax.grid(True, axis="y", which="both", alpha=0.3)
     fig.tight_layout()
     p = out / "e2e.png"
@@ -140,7 +131,7 @@ def plot_calibration(doc: dict, out: str | Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     by: dict = {}
     for key, m in doc.get("measurements", {}).items():
-        tag, b, lv, _ = key.split("|")
+        tag, b, lv = key.split("|")[:3]  # tag|batch|level|kernel|sha256
         by.setdefault((b, tag), []).append((float(lv), m["sparse_us"], m.get("dense_us")))
     if not by:
         return []

@@ -1,6 +1,6 @@
 """summary.md from the result documents of one folder (bench layers, bench e2e, calibrate): the headline,
 then the tables of each kind, and the rows they are made of (layer_rows, lowest_levels, limit_rows,
-strongest_dense; the plots draw the same rows). No torch: it reads JSON documents only."""
+e2e_rows; the plots draw the same rows). No torch: it reads JSON documents only."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,6 +24,7 @@ def layer_rows(doc: dict) -> list[dict]:
                 continue
             fp32 = [r["speedup_fp32"] for _, _, r in recs]
             tf32 = [r["speedup_tf32"] for _, _, r in recs]
+            half = {p: [r[f"speedup_{p}"] for _, _, r in recs if f"speedup_{p}" in r] for p in ("fp16", "bf16")}
             epi = [b["epilogue"]["epilogue"]["median_us"] for _, b, _ in recs]
             epi_c = [b["epilogue"]["epilogue_count"]["median_us"] for _, b, _ in recs]
             both = [(r["dense_fp32_us"] + e) / (r["sparse_us"] + e) for (_, _, r), e in zip(recs, epi)]
@@ -34,6 +35,8 @@ def layer_rows(doc: dict) -> list[dict]:
             rows.append({"batch": B, "level": lv, "shapes": len(recs),
                          "geomean_fp32": geomean(fp32), "mean_fp32": float(np.mean(fp32)),
                          "geomean_tf32": geomean(tf32), "geomean_fp32_epilogue_both": geomean(both),
+                         "geomean_fp16": geomean(half["fp16"]) if half["fp16"] else None,
+                         "geomean_bf16": geomean(half["bf16"]) if half["bf16"] else None,
                          "geomean_fp32_epilogue_ours": geomean(ours),
                          "weighted_fp32": net_dense / net_sparse if net_sparse else None,
                          "wins_fp32": sum(1 for x in fp32 if x > 1), "wins_tf32": sum(1 for x in tf32 if x > 1),
@@ -76,20 +79,33 @@ def _f(x, fmt="{:.2f}", none="–"):
     return none if x is None else fmt.format(x)
 
 
-def strongest_dense(run: dict, tf32: bool = False) -> tuple[str | None, float | None]:
-    """The fastest dense variant of one e2e run (eager or graph-replayed, torchvision or our executor
-    all-dense), FP32 or TF32: every published e2e ratio is against it, so none rests on a weak baseline."""
-    cands = [(v["median_ms"], k) for k, v in run.get("times_ms", {}).items()
-             if (k.startswith("torchvision_") or k.startswith("dense_exec_")) and ("tf32" in k) == tf32]
-    if not cands:
-        return None, None
-    ms, name = min(cands)
-    return name, ms
+def e2e_rows(doc: dict) -> list[dict]:
+    """One row per batch and profile of an e2e document: snn's time against the strongest baseline of its own
+    precision (exact FP32) and the strongest overall, both measured in the same run (the plots draw these)."""
+    rows = []
+    for B, r in sorted(doc.get("runs", {}).items(), key=lambda kv: int(kv[0])):
+        st = r.get("strongest", {})
+        bl = r.get("baselines", {})
+        for label, s in r.get("snn", {}).items():
+            row = {"network": doc["network"], "batch": int(B), "profile": label, "snn_ms": s["median_ms"],
+                   "kernel_ms": (s.get("kernel_sum") or {}).get("kernel_sum_ms"),
+                   "sparse": f"{s.get('sparse_layers')}/{s.get('convs')}",
+                   "mean_sparsity": s.get("mean_conv_input_sparsity"), "rel_err_vs_fp64": s.get("rel_err_vs_fp64")}
+            for key in ("same_precision", "overall"):
+                n = st.get(key)
+                row[key] = n
+                row[key + "_ms"] = bl[n]["median_ms"] if n else None
+                row[key + "_speedup"] = (bl[n]["median_ms"] / s["median_ms"]) if n else None
+            e_s = (s.get("energy") or {}).get("mj_per_image")
+            e_b = (bl.get(st.get("same_precision") or "", {}).get("energy") or {}).get("mj_per_image")
+            row["energy_ratio"] = e_b / e_s if e_s and e_b else None
+            rows.append(row)
+    return rows
 
 
 def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
     """One row per network and batch: layer speedups per level, end-to-end speedups and energy against the
-    strongest dense configurations, model/exhaustive; details below."""
+    strongest baselines, model/exhaustive; details below."""
     nets = sorted({d["network"] for d in layers + e2e})
     if not nets:
         return []
@@ -101,37 +117,101 @@ def headline(layers: list[dict], e2e: list[dict], cal: list[dict]) -> list[str]:
                 ex[(d["network"], e["batch"])].append(e["model_over_best"])
     out = ["## Headline", "",
            "Layer columns: geometric-mean speedup of the sparse conv over cuDNN FP32 (best of NHWC/NCHW) over the "
-           "distinct conv shapes measured, at each input sparsity; TF32 in brackets. End-to-end columns: snn's "
-           "whole-network time against the strongest dense FP32 configuration measured in the same run (the "
-           "fastest of torchvision's model and our executor all-dense, eager or CUDA-graph replayed), against the "
-           "strongest TF32 one, and the energy per image of that FP32 configuration over snn's (> 1: snn uses "
-           "less).", "",
+           "distinct conv shapes measured, at each input sparsity; TF32 in brackets. End-to-end columns (first "
+           "sparsity profile of the run): snn's whole-network time against the strongest exact-FP32 baseline and the "
+           "strongest baseline of any precision, both measured in the same run (eager, CUDA graph or torch.compile; "
+           "FP32, TF32, FP16, BF16), and the energy per image of that FP32 baseline over snn's (> 1: snn uses less).",
+           "",
            "| " + " | ".join(["network", "batch"] + [f"layers @{lv:.2f}" for lv in levels] + [
-               "e2e vs best dense FP32", "e2e vs best dense TF32", "energy ratio", "model/exhaustive"]) + " |",
-           "|---|---|" + "---|" * (len(levels) + 4)]
+               "e2e profile", "vs strongest FP32", "vs strongest overall", "energy ratio", "model/exhaustive"]) + " |",
+           "|---|---|" + "---|" * (len(levels) + 5)]
     for n in nets:
         ld = next((d for d in layers if d["network"] == n), None)
         ed = next((d for d in e2e if d["network"] == n), None)
         rows = layer_rows(ld) if ld else []
-        batches = sorted({int(b) for b in (ld["batches"] if ld else [])} | {int(b) for b in (ed["runs"] if ed else {})})
+        first = {r["batch"]: r for r in reversed(e2e_rows(ed))} if ed else {}
+        batches = sorted({int(b) for b in (ld["batches"] if ld else [])} | set(first))
         for B in batches:
             cells = []
             for lv in levels:
                 r = next((r for r in rows if r["batch"] == B and abs(r["level"] - lv) < 1e-9), None)
                 cells.append(f"{_f(r['geomean_fp32'])} ({_f(r['geomean_tf32'])})" if r else "–")
-            run = (ed or {}).get("runs", {}).get(str(B), {})
-            sp = run.get("speedup_snn_over", {})
-            en = run.get("energy_ratio_over_snn", {})
+            e = first.get(B, {})
             r_ex = ex.get((n, B))
-            best32, best_tf = strongest_dense(run)[0], strongest_dense(run, tf32=True)[0]
-            out.append(f"| {n} | {B} | " + "".join(c + " | " for c in cells) + f"{_f(sp.get(best32))} ({best32 or '–'}) | "
-                       f"{_f(sp.get(best_tf))} ({best_tf or '–'}) | {_f(en.get(best32))} | "
+            out.append(f"| {n} | {B} | " + "".join(c + " | " for c in cells) + f"{e.get('profile', '–')} | "
+                       f"{_f(e.get('same_precision_speedup'))} ({e.get('same_precision') or '–'}) | "
+                       f"{_f(e.get('overall_speedup'))} ({e.get('overall') or '–'}) | {_f(e.get('energy_ratio'))} | "
                        f"{_f(float(np.mean(r_ex)), '{:.3f}') if r_ex else '–'} |")
-    prof = sorted({str(d.get("sparsity_profile")) for d in e2e if d.get("sparsity_profile")})
-    if prof:
-        out += ["", f"End to end with **sparsity profile {', '.join(prof)}** (biases shifted to set the sparsity; "
-                "random weights)."]
     return out + [""]
+
+
+def e2e_markdown(d: dict) -> list[str]:
+    """The end-to-end section of one network: snn per profile against the strongest baselines, every baseline,
+    what could not run, and each profile's target against the realized sparsity per conv."""
+    lines = [f"### {d['network']}", ""]
+    if not d.get("complete", True):
+        lines += ["**Incomplete (the run was interrupted): the batches below were measured.**", ""]
+    runs = d.get("runs", {})
+    model = next((r.get("baseline_model") for r in runs.values() if r.get("baseline_model")), "?")
+    lines += [f"Weights: {d['weights']}. Baseline model: {model}, on the weights of profile "
+              f"`{d.get('baselines_on_profile')}`. " + (f"Sparsity: {d['profile_note']}." if d.get("profile_note") else
+                                                        "Sparsity as the weights give it on the images."), "",
+              "| batch | profile | snn ms | strongest FP32 baseline | ms | snn speedup | strongest overall | ms | "
+              "snn speedup | mean input sparsity (GPU) | sparse convs | snn kernel sum ms | snn rel err vs FP64 |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in e2e_rows(d):
+        lines.append(f"| {r['batch']} | {r['profile']} | {r['snn_ms']:.3f} | {r['same_precision'] or '–'} | "
+                     f"{_f(r['same_precision_ms'], '{:.3f}')} | {_f(r['same_precision_speedup'])}× | "
+                     f"{r['overall'] or '–'} | {_f(r['overall_ms'], '{:.3f}')} | {_f(r['overall_speedup'])}× | "
+                     f"{_f(r['mean_sparsity'])} | {r['sparse']} | {_f(r['kernel_ms'], '{:.3f}')} | "
+                     f"{_f(r['rel_err_vs_fp64'], '{:.1e}')} |")
+    names = sorted({k for r in runs.values() for k in r.get("baselines", {})})
+    if names:
+        bs = sorted(runs, key=int)
+        lines += ["", "Every baseline (ms, median wall time per forward; torch.compile's compile time in brackets; "
+                  "relative error of the output against FP64):", "",
+                  "| baseline | " + " | ".join(f"batch {b}" for b in bs) + " | rel err vs FP64 |",
+                  "|---|" + "---|" * (len(bs) + 1)]
+        for n in names:
+            cells, err = [], None
+            for b in bs:
+                v = runs[b].get("baselines", {}).get(n)
+                if v is None:
+                    cells.append("–")
+                    continue
+                err = v.get("rel_err_vs_fp64", err)
+                cells.append(f"{v['median_ms']:.3f}" + (f" ({v['compile_s']:.0f} s)" if v.get("compile_s") else ""))
+            lines.append(f"| {n} | " + " | ".join(cells) + f" | {_f(err, '{:.1e}')} |")
+        dense = [(b, runs[b].get("dense_exec_fp32")) for b in bs]
+        if any(v for _, v in dense):
+            lines.append("| (snn's executor, all convs cuDNN FP32: not a baseline) | " + " | ".join(
+                f"{v['median_ms']:.3f}" if v else "–" for _, v in dense) + " | |")
+    notes = sorted({f"{k}: {v}" for r in runs.values() for k, v in r.get("notes", {}).items()}
+                   | {f"snn[{p}] {k}: {v}" for r in runs.values() for p, s in r.get("snn", {}).items()
+                      for k, v in (s.get("notes") or {}).items()})
+    if notes:
+        lines += ["", "Not measured or degraded (said, not hidden):", ""] + [f"- {n}" for n in notes]
+    for p in d.get("profiles", []):
+        if not p.get("per_conv"):
+            continue
+        first_b = min(runs, key=int) if runs else None
+        gpu = {}
+        if first_b:
+            s = runs[first_b].get("snn", {}).get(p["name"], {})
+            gpu = {t["name"]: t["sparsity"] for t in s.get("graph_trace") or s.get("layers") or []}
+        tg = [c["target"] for c in p["per_conv"]]
+        rl = [c["realized"] for c in p["per_conv"] if c.get("realized") is not None]
+        lines += ["", f"<details><summary>Profile <b>{p['name']}</b>: {p.get('description', '')} "
+                  f"({len(tg)} convs; mean target {np.mean(tg):.3f}, realized on the images {np.mean(rl):.3f}, "
+                  f"largest gap {_f(p.get('max_abs_realized_minus_target'), '{:.3f}')})</summary>", "",
+                  f"| conv | roles | stage | target | origin | realized (images) | measured on the GPU (batch "
+                  f"{first_b}) |", "|---|---|---|---|---|---|---|"]
+        for c in p["per_conv"]:
+            lines.append(f"| {c['conv']} | {', '.join(c.get('roles', []))} | {c.get('stage', '–')} | "
+                         f"{c['target']:.2f} | {c.get('origin', '')} | {_f(c.get('realized'), '{:.3f}')} | "
+                         f"{_f(gpu.get(c['conv']), '{:.3f}')} |")
+        lines += ["", "</details>"]
+    return lines + [""]
 
 
 def summary_markdown(docs: list[dict]) -> str:
@@ -151,7 +231,7 @@ def summary_markdown(docs: list[dict]) -> str:
         lines += ["## Layers: sparse path vs cuDNN (paper Figs. 10-11)", "",
                   "Per distinct conv shape; inputs are real activations on photos thresholded to the level. "
                   "*Speedup* = cuDNN time / our time, both the convolution alone (best of NHWC/NCHW for "
-                  "cuDNN); *+epi both*: the bias+ReLU epilogue added to both sides (both paths run it); "
+                  "cuDNN; FP16 and BF16: weights and input cast, tensor cores, snn stays exact FP32); *+epi both*: the bias+ReLU epilogue added to both sides (both paths run it); "
                   "*+epi ours*: our conv + epilogue with zero counting against cuDNN's conv alone (the "
                   "harshest view); *weighted*: whole-network conv time at that level (each shape times "
                   "its count), cuDNN over ours.", ""]
@@ -160,12 +240,13 @@ def summary_markdown(docs: list[dict]) -> str:
                 lines += [f"**{d['network']}: incomplete (the run was interrupted; the shapes below were measured).**", ""]
             lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. Images: "
                       f"{d['images'].get('source')} ({d['images'].get('distinct', d['images'].get('n'))} distinct).", "",
-                      "| batch | level | shapes | geomean vs FP32 | mean vs FP32 | geomean vs TF32 | +epi both | "
-                      "+epi ours | weighted vs FP32 | wins FP32 | wins TF32 | max rel err |",
-                      "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+                      "| batch | level | shapes | geomean vs FP32 | mean vs FP32 | geomean vs TF32 | geomean vs FP16 | "
+                      "geomean vs BF16 | +epi both | +epi ours | weighted vs FP32 | wins FP32 | wins TF32 | max rel err |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
             for r in layer_rows(d):
                 lines.append(f"| {r['batch']} | {r['level']:.2f} | {r['shapes']} | {_f(r['geomean_fp32'])} | "
-                             f"{_f(r['mean_fp32'])} | {_f(r['geomean_tf32'])} | {_f(r['geomean_fp32_epilogue_both'])} | "
+                             f"{_f(r['mean_fp32'])} | {_f(r['geomean_tf32'])} | {_f(r.get('geomean_fp16'))} | "
+                             f"{_f(r.get('geomean_bf16'))} | {_f(r['geomean_fp32_epilogue_both'])} | "
                              f"{_f(r['geomean_fp32_epilogue_ours'])} | {_f(r['weighted_fp32'])} | "
                              f"{r['wins_fp32']}/{r['shapes']} | {r['wins_tf32']}/{r['shapes']} | "
                              f"{_f(r['max_rel_err'], '{:.1e}')} |")
@@ -248,24 +329,5 @@ def summary_markdown(docs: list[dict]) -> str:
     if e2e:
         lines += ["## End to end (paper Figs. 12-13)", ""]
         for d in e2e:
-            prof = d.get("sparsity_profile")
-            if not d.get("complete", True):
-                lines += [f"**{d['network']}: incomplete (the run was interrupted).**", ""]
-            lines += [f"### {d['network']}", "", f"Weights: {d['weights']}. " + (
-                f"**Sparsity profile {prof}: {d['sparsity_profile_note']}.**" if prof else
-                "Sparsity as the weights give it on the images."), ""]
-            names = sorted({k for r in d["runs"].values() for k in r["times_ms"]}, key=lambda k: (k != "snn", k))
-            lines += ["| batch | " + " | ".join(f"{n} ms" for n in names) + " | snn speedup over " + ", ".join(
-                n for n in names if n != "snn") + " | energy mJ/image (snn / torchvision_fp32) | mean input "
-                "sparsity | sparse convs | snn graph replay / kernel sum |", "|---|" + "---|" * (len(names) + 5)]
-            for B, r in d["runs"].items():
-                t = r["times_ms"]
-                en = r.get("energy", {})
-                es, ef = (en.get("snn") or {}).get("mj_per_image"), (en.get("torchvision_fp32") or {}).get("mj_per_image")
-                lines.append(f"| {B} | " + " | ".join(_f(t[n]["median_ms"], "{:.3f}") if n in t else "–" for n in names)
-                             + " | " + ", ".join(_f(r["speedup_snn_over"].get(n)) for n in names if n != "snn")
-                             + f" | {_f(es, '{:.1f}')} / {_f(ef, '{:.1f}')} | {_f(r.get('mean_conv_input_sparsity'))} | "
-                             f"{r.get('sparse_layers')}/{len(r.get('layers', []))} | "
-                             f"{_f((r.get('kernel_sum') or {}).get('replay_over_kernel_sum'))} |")
-            lines.append("")
+            lines += e2e_markdown(d)
     return "\n".join(lines) + "\n"
