@@ -32,9 +32,10 @@ for net in "${nets[@]}"; do
     fi
     if has e2e; then
       [ -f "$out/$net/tuning.json" ] && cp "$out/$net/tuning.json" "generated/$net/h100/tuning.json"
+      e2e=$out/$net/e2e-b${BATCHES//,/-}; mkdir -p "$e2e"
       timeout 1800 snn-run bench e2e --spec "$net" --batch "$BATCHES" --images "$photos" --reps 30 \
-        --sparsity-profile trained --sparsity-profile 0.5 --sparsity-profile 0.7 --out "$out/$net/e2e-b${BATCHES//,/-}" 2>&1 \
-        | grep -v "^  torch" | tail -8
+        --sparsity-profile trained --sparsity-profile 0.5 --sparsity-profile 0.7 --out "$e2e" > "$e2e/log.txt" 2>&1
+      echo "bench e2e exit code $?"; grep -E "^(profile|$net b|wrote)" "$e2e/log.txt"
     fi
   } >> "$out/log.txt" 2>&1
 done

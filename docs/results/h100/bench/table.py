@@ -20,15 +20,24 @@ def merged(out: Path) -> list[dict]:
             continue
         m = docs.setdefault(d["network"], {**d, "runs": {}})
         m["runs"].update(d["runs"])
-    return [docs[k] for k in sorted(docs)]
+    order = ["resnet152", "densenet201", "vgg19"]  # run.sh's default order, then any other
+    return [docs[k] for k in sorted(docs, key=lambda k: (order.index(k) if k in order else len(order), k))]
 
 
 def table(docs: list[dict]) -> str:
     head = ("| network | batch | sparsity profile | snn FP32 ms | strongest FP32 baseline | ms | snn speedup | "
             "strongest baseline, any precision | ms | snn speedup | convs run sparse |")
     lines = [head, "|---" * 11 + "|"]
+    batches = sorted({int(b) for d in docs for b in d["runs"]})
     for d in docs:
-        for r in summary.e2e_rows(d):
+        rows = summary.e2e_rows(d)
+        for b in batches:
+            if not any(r["batch"] == b for r in rows):
+                rows.append({"network": d["network"], "batch": b})
+        for r in sorted(rows, key=lambda r: r["batch"]):
+            if "snn_ms" not in r:
+                lines.append(f"| {r['network']} | {r['batch']} | not measured |" + " – |" * 8)
+                continue
             lines.append(f"| {r['network']} | {r['batch']} | {r['profile']} | {r['snn_ms']:.2f} | "
                          f"{r['same_precision']} | {r['same_precision_ms']:.2f} | **{r['same_precision_speedup']:.2f}×** | "
                          f"{r['overall']} | {r['overall_ms']:.2f} | **{r['overall_speedup']:.2f}×** | {r['sparse']} |")
