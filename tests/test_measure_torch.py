@@ -24,7 +24,9 @@ def test_bench_layers_inputs_hit_the_levels(setup):
         for lk, rec in s["batches"]["2"]["levels"].items():
             assert all(abs(x - float(lk)) < 0.03 for x in rec["sparsity"]), (s["label"], lk, rec["sparsity"])
             assert rec["rel_err_vs_cudnn_fp32"] < 1e-6 and not rec["nan_in_output"]
-            assert set(rec["times"]) >= {"sparse", "dense_fp32_nhwc", "dense_tf32_nhwc", "dense_fp32_nchw"}
+            assert set(rec["times"]) >= {"sparse", "dense_fp32_nhwc", "dense_tf32_nhwc", "dense_fp32_nchw",
+                                         "dense_fp16_nhwc", "dense_bf16_nhwc", "dense_bf16_nchw"}
+            assert rec["speedup_bf16"] == pytest.approx(rec["dense_bf16_us"] / rec["sparse_us"], rel=1e-3)
             assert rec["kernel"] == f"sconv_{s['layers'][0]}_l{round(float(lk) * 100)}"
     assert (tmp / "res" / "summary.md").is_file()
 
