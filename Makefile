@@ -1,16 +1,39 @@
-# Set-up and tests (what the README and .ci/run call), and nvcc compilation of generated sources.
+# The README's two commands (`make run`, `make test`; .ci/run calls `make test`), set-up, and nvcc
+# compilation of generated sources.
 PYTHON ?= python3
 VENV   ?= .venv
-BIN    := $(VENV)/bin
+BIN    ?= $(VENV)/bin
+NET    ?= resnet152
+# --weights for `make run`: torchvision's pretrained weights (downloaded once); empty: seeded random weights
+WEIGHTS ?= torchvision
 
-.PHONY: setup test test-gpu specs cubins clean
+.PHONY: setup run run-gpu run-cpu test test-gpu specs cubins clean
 
-setup:
+setup: $(VENV)/.snn-installed
+
+$(VENV)/.snn-installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	@touch $@
 
-test:
+# The main job on shipped defaults: the NET bundle, then on a machine with an NVIDIA GPU the GPU extra,
+# calibration and the sample photos classified (per-layer split, time against the dense path).
+run: setup
+	@if $(BIN)/python -c "import sys; from snn.runtime.cuda import gpu_missing; sys.exit(1 if gpu_missing() else 0)"; \
+	then $(MAKE) --no-print-directory run-gpu; else $(MAKE) --no-print-directory run-cpu; fi
+
+run-cpu:
+	$(BIN)/snn-codegen build $(NET) --batch 1,8
+	@echo "Bundle built. Classifying needs an NVIDIA GPU and its driver: on such a machine run 'make run' (or copy generated/$(NET) there and run 'snn-run infer --spec $(NET)')."
+
+run-gpu:
+	@$(BIN)/python -c "import torch, torchvision, PIL" 2>/dev/null || $(BIN)/pip install --quiet -e '.[gpu]'
+	$(BIN)/snn-codegen build $(NET) --batch 1,8
+	$(BIN)/snn-run calibrate --spec $(NET) --batch 8 --levels 0.4:0.9:0.1 --images runtime/samples $(if $(WEIGHTS),--weights $(WEIGHTS))
+	$(BIN)/snn-run infer --spec $(NET) --batch 8 --trace --compare-dense $(if $(WEIGHTS),--weights $(WEIGHTS))
+
+test: setup
 	$(BIN)/python -m pytest -q
 
 # On a GPU machine: pytest -m gpu (torch + torchvision needed, e.g. pip install -e '.[gpu]').

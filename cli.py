@@ -172,9 +172,9 @@ def run_main():
 
 
 @run_main.command("infer")
-@click.argument("image_dir", type=click.Path(path_type=str))
-@click.option("--spec", required=True, type=click.Path(dir_okay=False, path_type=str), callback=_resolve_spec,
-              help="Network spec (YAML), e.g. network_specs/resnet152.yaml.")
+@click.argument("image_dir", required=False, type=click.Path(path_type=str))
+@click.option("--spec", default="resnet152", show_default=True, type=click.Path(dir_okay=False, path_type=str),
+              callback=_resolve_spec, help="Network spec (YAML), or the name of a shipped one.")
 @click.option("--cache", "cache_dir", default="generated", type=click.Path(file_okay=False, path_type=str),
               help="Folder holding <network>/<gpu>/manifest.json, as written by `snn-codegen build`.")
 @click.option("--gpu", default="auto", help="GPU name of the build to use; auto: the one matching this device.")
@@ -197,8 +197,13 @@ def run_main():
                    "counter on the host (debugging, baseline; --trace then also times each layer).")
 @click.option("--tuning", "tuning_path", default=None, type=click.Path(dir_okay=False, path_type=str),
               help="Tuning file from `snn-run calibrate` to use; default: tuning.json in the bundle, if any.")
-def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph, tuning_path):
-    """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...).
+@click.option("--compare-dense", is_flag=True,
+              help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
+                   "and print both.")
+def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph, tuning_path,
+              compare_dense):
+    """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...); without IMAGE_DIR, the
+    five sample photos that ship with snn.
 
     Prints the top labels per image and a summary (images/s, share of conv layers that ran sparse).
     Files that are not images or cannot be decoded are reported by name and skipped; the exit code
@@ -207,8 +212,9 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     from snn.runtime.errors import RunError
     from snn.runtime.infer import infer_command
     try:
-        code = infer_command(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed,
-                             graph, tuning_path)
+        from snn.runtime.images import SAMPLES_DIR
+        code = infer_command(image_dir or str(SAMPLES_DIR), spec, cache_dir, gpu, batch, weights, output, top, trace,
+                             force, seed, graph, tuning_path, compare_dense)
     except (RunError, SpecError) as e:
         raise click.ClickException(str(e)) from None
     sys.exit(code)

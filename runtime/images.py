@@ -10,6 +10,9 @@ import numpy as np
 # What PIL reads on every install; anything else found in the folder is reported as skipped.
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".jpe", ".png", ".bmp", ".webp", ".gif", ".tif", ".tiff", ".ppm",
                   ".pgm", ".pbm", ".pnm"}
+# Five small photos shipped with snn (public domain or CC0; sources in docs/runtime.md, "Sample photos"):
+# what `snn-run infer` classifies when no folder is named.
+SAMPLES_DIR = Path(__file__).resolve().parent / "samples"
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 

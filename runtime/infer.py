@@ -217,9 +217,42 @@ OUTPUT_SUFFIXES = (".csv", ".json")
 EXIT_SKIPPED = 3  # ran, but some files were not images or could not be read
 
 
+def time_batch(session: Session, paths: list[Path], reps: int = 20) -> tuple[float, int]:
+    """(median ms, batch) of one forward pass over the first batch of decodable images (padded to the bundle's
+    batch size as `run` does), after a warm-up that captures the graph: the steady state, not the first call."""
+    import statistics
+
+    import torch
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        arrays, _, _ = _load_batch(pool, paths[:session.batch])
+    if not arrays:
+        raise RunError("no decodable image to time")
+    b = session.cache.bucket(len(arrays), session.batch)
+    x = torch.from_numpy(np.stack([arrays[i % len(arrays)] for i in range(b)])).to(session.torch_device)
+    out = []
+    with torch.inference_mode():
+        for i in range(reps + 3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            session.forward(x)
+            torch.cuda.synchronize()
+            if i >= 3:
+                out.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(out), b
+
+
+def compare_dense(session: Session, args: tuple, paths: list[Path]) -> str:
+    """One line: this session's forward time against the same bundle with every conv on cuDNN FP32."""
+    ms, b = time_batch(session, paths)
+    dense = Session(*args[:5], "dense", False, *args[7:])
+    ms_d, _ = time_batch(dense, paths)
+    return (f"batch of {b}: snn {ms:.2f} ms per forward pass, dense path (every conv on cuDNN FP32) {ms_d:.2f} ms: "
+            f"{ms_d / ms:.2f}x (median of 20, after warm-up)")
+
+
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int | None, weights: str | None,
                   output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
-                  tuning: str | None = None) -> int:
+                  tuning: str | None = None, compare: bool = False) -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
     import click
 
@@ -236,7 +269,8 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     require_gpu()
     import_torch()
     images._pil()
-    session = Session(spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)
+    args = (spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)
+    session = Session(*args)
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
     with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
@@ -251,6 +285,8 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     for s in result.skipped:
         click.echo(f"skipped {s.path}: {s.reason}", err=True)
     click.echo(format_summary(result))
+    if compare:
+        click.echo(compare_dense(session, args, paths))
     if output:
         write_output(result, output, top)
         click.echo(f"wrote {output}")

@@ -27,6 +27,8 @@ def test_plain_install_builds_resnet50(tmp_path):
     site = Path(subprocess.run([py, "-c", "import snn, pathlib; print(pathlib.Path(snn.__file__).parent.parent)"],
                                capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip())
     assert (site / "snn" / "Makefile").is_file() and (site / "snn" / "codegen" / "templates").is_dir()
+    assert len(list((site / "snn" / "runtime" / "samples").glob("*.jpg"))) == 5  # infer's default photos
+    assert (site / "snn" / "network_specs" / "profiles" / "resnet-trained.yaml").is_file()
     assert not (site / "codegen").exists() and not (site / "runtime").exists() and not (site / "cli.py").exists()
 
     spec = ROOT / "network_specs" / "resnet50.yaml"
