@@ -12,7 +12,7 @@ out=${1:?usage: run.sh OUT_DIR}; out=$(realpath -m "$out"); mkdir -p "$out"
 cd "$(dirname "$0")/../../../.."
 . docs/results/h100/env.sh
 env_report > "$out/env.txt"
-bin=$(mktemp -d); ln -s "$(command -v python3)" "$bin/python"
+bin=$(mktemp -d); printf '#!/bin/sh\nexec python3 "$@"\n' > "$bin/python"; chmod +x "$bin/python"  # a venv's python: not a symlink
 for t in snn-codegen snn-run; do ln -s "$(command -v $t)" "$bin/$t"; done
 {
   echo "\$ make run's GPU check"
