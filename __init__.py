@@ -7,12 +7,13 @@ bundle), `snn.runtime` (online: bundle -> engine), `snn.cli` (the `snn-codegen` 
     snn.build("network_specs/resnet50.yaml", gpu="h100", batch=[1, 8])   # no GPU needed
     engine = snn.load("generated/resnet50/h100", weights="resnet50.pth", batch=8)
     logits = engine(x)                  # x: a CUDA float32 tensor, N x 3 x 224 x 224
+    snn.import_onnx("model.onnx", "model.yaml", "model.pth")           # ONNX -> spec + weights
 
 Importing snn imports neither torch nor cuda-python; `load` does.
 """
 from __future__ import annotations
 
-__all__ = ["build", "load"]
+__all__ = ["build", "load", "import_onnx"]
 
 
 def build(spec, gpu="h100", batch=1, levels="0.4:0.9:0.05", out="generated", **kwargs):
@@ -26,3 +27,11 @@ def load(bundle, weights=None, batch=None, **kwargs):
     """A bundle on the current CUDA device as a callable: engine(x) -> logits. See snn.runtime.engine.Engine."""
     from .runtime.engine import Engine
     return Engine(bundle, weights, batch, **kwargs)
+
+
+def import_onnx(path, out_spec, out_weights=None, name=None):
+    """Convert an ONNX model into a YAML spec (and, with out_weights, a state_dict file); needs the onnx
+    package. Returns an ImportResult (.spec_path, .weights_path, .nodes, .convs). See
+    snn.codegen.importer.import_onnx."""
+    from .codegen.importer import import_onnx as _import_onnx
+    return _import_onnx(path, out_spec, out_weights, name)

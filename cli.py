@@ -164,6 +164,42 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     click.echo(result.summary())
 
 
+@codegen_main.command("import")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Spec to write; default: <model stem>.yaml in the current folder.")
+@click.option("--weights-out", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="State_dict (.pth) to write the model's weights to, for `snn-run ... --weights`; default: "
+                   "<model stem>.pth in the current folder (skipped, with a note, where PyTorch is missing).")
+@click.option("--name", default=None, help="The network's name in the spec; default: the model file's stem.")
+@user_errors
+def import_cmd(model, out, weights_out, name):
+    """Convert the ONNX model MODEL (.onnx) into a YAML network spec and a weights file.
+
+    Supported: Conv (grouped and depthwise too), BatchNormalization, Relu, Add, Concat, MaxPool,
+    AveragePool, GlobalAveragePool, Flatten, Gemm, MatMul(+Add), Identity and Dropout (skipped);
+    anything else is reported as one line naming the ONNX node, and nothing is written. See
+    docs/spec-format.md, "Importing an ONNX model"."""
+    from snn.codegen.importer import import_onnx
+    from snn.codegen.importer.onnx_model import TORCH_MISSING, _torch_available
+    stem = Path(model).stem
+    out = out or f"{stem}.yaml"
+    note = None
+    if weights_out is None:
+        if _torch_available():
+            weights_out = f"{stem}.pth"
+        else:
+            note = f"weights not written: {TORCH_MISSING}"
+    result = import_onnx(model, out, weights_out, name)
+    click.echo(f"spec: {result.spec_path}")
+    if result.weights_path is not None:
+        click.echo(f"weights: {result.weights_path}")
+    if note:
+        click.echo(note, err=True)
+    click.echo(f"{result.network.name}: {result.nodes} nodes, {result.convs} convolutions "
+               f"({result.sparse_convs} can run sparse)")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
 @click.version_option(package_name="snn")
 def run_main():

@@ -457,3 +457,24 @@ def _infer(path, nname, op, a, in_shapes, inputs) -> tuple[int, ...]:
             raise SpecError(path, f"in_features is {a['in_features']} but input '{inputs[0]}' has {in_shapes[0][0]} features", nname)
         return (a["out_features"],)
     raise AssertionError(op)  # OPS and _infer must list the same ops
+
+
+def tensor_shapes(net: Network) -> dict[str, tuple[int, ...]]:
+    """Every tensor the spec needs (a state_dict's keys, torchvision names) with its shape."""
+    out: dict[str, tuple[int, ...]] = {}
+    for n in net.nodes:
+        if n.op in ("conv", "batchnorm", "linear") and n.param is None:
+            continue
+        if n.op == "conv":
+            r, s = n["kernel"]
+            out[f"{n.param}.weight"] = (n["out_channels"], n["in_channels"] // n["groups"], r, s)
+            if n["bias"]:
+                out[f"{n.param}.bias"] = (n["out_channels"],)
+        elif n.op == "batchnorm":
+            for k in ("weight", "bias", "running_mean", "running_var"):
+                out[f"{n.param}.{k}"] = (n["channels"],)
+        elif n.op == "linear":
+            out[f"{n.param}.weight"] = (n["out_features"], n["in_features"])
+            if n["bias"]:
+                out[f"{n.param}.bias"] = (n["out_features"],)
+    return out

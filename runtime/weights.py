@@ -6,33 +6,13 @@ import math
 from pathlib import Path
 
 from snn.codegen.spec import Network
+from snn.codegen.spec import tensor_shapes as expected  # the tensors a spec needs, by name, with shapes
 
 from .cuda import import_torch
 from .errors import RunError
 
 RANDOM_WARNING = ("no --weights given: using a seeded random initialisation, so the predicted labels "
                   "mean nothing (pass --weights torchvision or --weights FILE.pth)")
-
-
-def expected(net: Network) -> dict[str, tuple[int, ...]]:
-    """Every tensor the spec needs, by torchvision name, with its shape."""
-    out: dict[str, tuple[int, ...]] = {}
-    for n in net.nodes:
-        if n.op in ("conv", "batchnorm", "linear") and n.param is None:
-            continue
-        if n.op == "conv":
-            r, s = n["kernel"]
-            out[f"{n.param}.weight"] = (n["out_channels"], n["in_channels"] // n["groups"], r, s)
-            if n["bias"]:
-                out[f"{n.param}.bias"] = (n["out_channels"],)
-        elif n.op == "batchnorm":
-            for k in ("weight", "bias", "running_mean", "running_var"):
-                out[f"{n.param}.{k}"] = (n["channels"],)
-        elif n.op == "linear":
-            out[f"{n.param}.weight"] = (n["out_features"], n["in_features"])
-            if n["bias"]:
-                out[f"{n.param}.bias"] = (n["out_features"],)
-    return out
 
 
 def _fmt(shape) -> str:
