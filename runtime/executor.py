@@ -273,45 +273,49 @@ class Executor:
         return (time.perf_counter() - t0) * 1e3
 
 
+def apply_node(torch, n, v: list, p):
+    """One spec node in plain torch, NCHW: its output from its inputs `v`; p(node, key) gives a tensor of
+    the node's parameters. The interpreters (reference here, measure.inputs.forward) share it."""
+    F = torch.nn.functional
+    if n.op == "conv":
+        return F.conv2d(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None, n["stride"], n["padding"],
+                        1, n["groups"])
+    if n.op == "batchnorm":
+        return F.batch_norm(v[0], p(n, "running_mean"), p(n, "running_var"), p(n, "weight"), p(n, "bias"),
+                            False, 0.0, n["eps"])
+    if n.op == "relu":
+        return torch.relu(v[0])
+    if n.op in ("maxpool", "avgpool"):
+        pool = F.max_pool2d if n.op == "maxpool" else F.avg_pool2d
+        return pool(v[0], n["kernel"], n["stride"], n["padding"], ceil_mode=n["ceil_mode"])
+    if n.op == "adaptive_avgpool":
+        return F.adaptive_avg_pool2d(v[0], n["output_size"])
+    if n.op == "global_avgpool":
+        return F.adaptive_avg_pool2d(v[0], 1)
+    if n.op == "add":
+        y = v[0]
+        for t in v[1:]:
+            y = y + t
+        return y
+    if n.op == "concat":
+        return torch.cat(v, 1)
+    if n.op == "flatten":
+        return torch.flatten(v[0], 1)
+    if n.op == "linear":
+        return F.linear(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None)
+    raise RunError(f"op '{n.op}' unknown to the reference")  # pragma: no cover
+
+
 def reference(net: Network, sd: dict, x, dtype=None, keep_all: bool = False, on_batchnorm=None):
     """The spec interpreted node by node in plain torch, NCHW, no folding, no fusion: the yardstick
     the executor is checked against (float64 on the CPU, or FP32 with TF32 off on the GPU)."""
     torch = import_torch()
-    F = torch.nn.functional
     dtype = dtype or x.dtype
     p = lambda n, k: sd[f"{n.param}.{k}"].to(x.device, dtype)  # noqa: E731
     env = {net.input_name: x.to(dtype)}
     for n in net.nodes:
         v = [env[i] for i in n.inputs]
-        if n.op == "conv":
-            y = F.conv2d(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None, n["stride"], n["padding"],
-                         1, n["groups"])
-        elif n.op == "batchnorm":
-            if on_batchnorm is not None:
-                on_batchnorm(n, v[0])
-            y = F.batch_norm(v[0], p(n, "running_mean"), p(n, "running_var"), p(n, "weight"), p(n, "bias"),
-                             False, 0.0, n["eps"])
-        elif n.op == "relu":
-            y = torch.relu(v[0])
-        elif n.op == "maxpool":
-            y = F.max_pool2d(v[0], n["kernel"], n["stride"], n["padding"], ceil_mode=n["ceil_mode"])
-        elif n.op == "avgpool":
-            y = F.avg_pool2d(v[0], n["kernel"], n["stride"], n["padding"], ceil_mode=n["ceil_mode"])
-        elif n.op == "adaptive_avgpool":
-            y = F.adaptive_avg_pool2d(v[0], n["output_size"])
-        elif n.op == "global_avgpool":
-            y = F.adaptive_avg_pool2d(v[0], 1)
-        elif n.op == "add":
-            y = v[0]
-            for t in v[1:]:
-                y = y + t
-        elif n.op == "concat":
-            y = torch.cat(v, 1)
-        elif n.op == "flatten":
-            y = torch.flatten(v[0], 1)
-        elif n.op == "linear":
-            y = F.linear(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None)
-        else:  # pragma: no cover
-            raise RunError(f"op '{n.op}' unknown to the reference")
-        env[n.name] = y
+        if n.op == "batchnorm" and on_batchnorm is not None:
+            on_batchnorm(n, v[0])
+        env[n.name] = apply_node(torch, n, v, p)
     return env if keep_all else env[net.output]

@@ -223,21 +223,16 @@ def time_batch(session: Session, paths: list[Path], reps: int = 20) -> tuple[flo
     import statistics
 
     import torch
+
+    from .measure.timing import wall_times_ms
     with ThreadPoolExecutor(max_workers=8) as pool:
         arrays, _, _ = _load_batch(pool, paths[:session.batch])
     if not arrays:
         raise RunError("no decodable image to time")
     b = session.cache.bucket(len(arrays), session.batch)
     x = torch.from_numpy(np.stack([arrays[i % len(arrays)] for i in range(b)])).to(session.torch_device)
-    out = []
     with torch.inference_mode():
-        for i in range(reps + 3):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            session.forward(x)
-            torch.cuda.synchronize()
-            if i >= 3:
-                out.append((time.perf_counter() - t0) * 1e3)
+        out = wall_times_ms(session.forward, [x], reps, 3, torch.cuda.synchronize)
     return statistics.median(out), b
 
 

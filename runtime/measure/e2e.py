@@ -17,7 +17,7 @@ from .baselines import EXACT, Baselines, strongest
 from .common import SCHEMA
 from .inputs import load_caches, load_image_pool, load_weights
 from .profiles import apply_profile
-from .timing import Env, Nvml, event_median_s, kernel_sum
+from .timing import Env, Nvml, event_median_s, kernel_sum, wall_times_ms
 
 WHAT = ("wall time of one forward pass (host included, synchronised), median over reps; inputs rotate over "
         "3 sets of images. snn: the executor, per layer cuDNN FP32 or our kernels by the zero counter (exact "
@@ -27,22 +27,6 @@ WHAT = ("wall time of one forward pass (host included, synchronised), median ove
         "TF32 off, TF32, FP16, BF16). dense_exec_fp32: snn's own executor with every conv on cuDNN FP32 (what "
         "the sparse dispatch buys; not a baseline). kernel_sum: GPU time of one snn graph replay's kernels "
         "(CUPTI) against the replay's own time (CUDA events).")
-
-
-def _time_forward(env: Env, fn, inputs, reps, warmup) -> list[float]:
-    """Wall time of whole forward passes (ms): the host's part counts, as it does for a user."""
-    for i in range(warmup):
-        fn(inputs[i % len(inputs)])
-    env.sync()
-    out = []
-    for i in range(reps):
-        x = inputs[i % len(inputs)]
-        env.sync()
-        t = time.perf_counter()
-        fn(x)
-        env.sync()
-        out.append((time.perf_counter() - t) * 1e3)
-    return out
 
 
 def _energy(env: Env, nv, fn, inputs, min_s: float = 0.5, min_reps: int = 5) -> dict | None:
@@ -71,19 +55,13 @@ def _trace_rows(trace, targets: dict | None = None) -> list[dict]:
 
 
 def _measure(env, nv, fn, xs, reps, warmup, B) -> dict:
-    t = _time_forward(env, fn, xs, reps, warmup)
+    t = wall_times_ms(fn, xs, reps, warmup, env.sync)
     rec = {"median_ms": round(statistics.median(t), 4), "times_ms": [round(v, 4) for v in t]}
     e = _energy(env, nv, fn, xs)
     if e:
         e["mj_per_image"] = round(e["energy_mj"] / (e["runs"] * B), 3)
     rec["energy"] = e
     return rec
-
-
-def _reference(env, net, sd, x):
-    """The float64 output of the network on x (the spec's forward): what every error is measured against."""
-    from .inputs import forward
-    return forward(net, {k: v.double() for k, v in sd.items()}, x.double())[0]
 
 
 def _snn_run(env, net, sd_cpu, cache, sets, targets, graphs, reps, warmup, nv, B, dense_ref) -> dict:
@@ -132,7 +110,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
               reps: int = 20, warmup: int = 3, graphs: bool = True, energy: bool = True,
               cpu_dry_run: bool = False, log=print, checkpoint=None) -> dict:
     """profiles: measure.profiles.Profile list (none: the weights' own sparsity, one run labelled 'weights')."""
-    from ..executor import Executor
+    from ..executor import Executor, reference
     net: Network = load_spec(spec)
     env = Env(cpu_dry_run)
     torch = env.torch
@@ -174,7 +152,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                          % pool.shape[0]] for _ in range(3)]
             rec: dict = {"baselines": {}, "snn": {}, "notes": {}}
             sd0 = runs_on[first]["sd"]
-            ref0 = _reference(env, net, sd0, sets[0])
+            ref0 = reference(net, sd0, sets[0], dtype=torch.float64)
             base = Baselines(env, net, sd0, precisions, kinds, log)
             rec["baseline_model"] = base.source
             for n, meta, fn, xs in base.variants(sets):
@@ -192,7 +170,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
             del dense
             for label, r in runs_on.items():
                 sd_cpu = {k: v.detach().cpu() for k, v in r["sd"].items()}
-                ref = ref0 if label == first else _reference(env, net, r["sd"], sets[0])
+                ref = ref0 if label == first else reference(net, r["sd"], sets[0], dtype=torch.float64)
                 rec["snn"][label] = _snn_run(env, net, sd_cpu, cache, sets, r["targets"], graphs, reps, warmup,
                                              nv, B, ref)
                 if not env.cpu:

@@ -98,8 +98,8 @@ def forward(net: Network, sd: dict, x, keep=(), on_relu=None, on_conv=None):
     `keep` whose input is ReLU-derived, that input's pre-activation z (input == ReLU(z)).
     on_relu(node, z) -> z' may move z before the ReLU (the sparsity profile); on_conv(node, x) sees
     each conv's input just before the conv (what the profile measures)."""
+    from ..executor import apply_node
     torch = __import__("torch")
-    F = torch.nn.functional
     last: dict[str, int] = {}
     for i, n in enumerate(net.nodes):
         for v in n.inputs:
@@ -115,38 +115,14 @@ def forward(net: Network, sd: dict, x, keep=(), on_relu=None, on_conv=None):
                 kept[n.name] = pre[n.inputs[0]]
             if on_conv:
                 on_conv(n, v[0])
-            y = F.conv2d(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None, n["stride"], n["padding"],
-                         1, n["groups"])
-        elif n.op == "batchnorm":
-            y = F.batch_norm(v[0], p(n, "running_mean"), p(n, "running_var"), p(n, "weight"), p(n, "bias"),
-                             False, 0.0, n["eps"])
         elif n.op == "relu":
-            z = on_relu(n, v[0]) if on_relu else v[0]
-            y = torch.relu(z)
-            pre[n.name] = z
-        elif n.op in ("maxpool", "avgpool"):
-            pool = F.max_pool2d if n.op == "maxpool" else F.avg_pool2d
-            y = pool(v[0], n["kernel"], n["stride"], n["padding"], ceil_mode=n["ceil_mode"])
-            if n.op == "maxpool" and n.inputs[0] in pre:  # max commutes with the ReLU
-                pre[n.name] = pool(pre[n.inputs[0]], n["kernel"], n["stride"], n["padding"], ceil_mode=n["ceil_mode"])
-        elif n.op == "adaptive_avgpool":
-            y = F.adaptive_avg_pool2d(v[0], n["output_size"])
-        elif n.op == "global_avgpool":
-            y = F.adaptive_avg_pool2d(v[0], 1)
-        elif n.op == "add":
-            y = v[0]
-            for t in v[1:]:
-                y = y + t
-        elif n.op == "concat":
-            y = torch.cat(v, 1)
-            if all(k in pre for k in n.inputs):
-                pre[n.name] = torch.cat([pre[k] for k in n.inputs], 1)
-        elif n.op == "flatten":
-            y = torch.flatten(v[0], 1)
-        elif n.op == "linear":
-            y = F.linear(v[0], p(n, "weight"), p(n, "bias") if n["bias"] else None)
-        else:  # pragma: no cover
-            raise RunError(f"op '{n.op}' unknown to the bench forward")
+            v = [on_relu(n, v[0]) if on_relu else v[0]]
+            pre[n.name] = v[0]
+        elif n.op == "maxpool" and n.inputs[0] in pre:  # max commutes with the ReLU
+            pre[n.name] = apply_node(torch, n, [pre[n.inputs[0]]], p)
+        elif n.op == "concat" and all(k in pre for k in n.inputs):
+            pre[n.name] = torch.cat([pre[k] for k in n.inputs], 1)
+        y = apply_node(torch, n, v, p)
         env[n.name] = y
         for k in n.inputs:
             if last.get(k) == i and k != net.output:

@@ -35,6 +35,23 @@ def event_median_s(torch, fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(ts)
 
 
+def wall_times_ms(fn, inputs, reps: int, warmup: int, sync) -> list[float]:
+    """Wall time (ms) of `reps` whole calls fn(x), x rotating over inputs, each between two sync() calls,
+    after `warmup` untimed ones: the host's part counts, as it does for a user."""
+    for i in range(warmup):
+        fn(inputs[i % len(inputs)])
+    sync()
+    out = []
+    for i in range(reps):
+        x = inputs[i % len(inputs)]
+        sync()
+        t = time.perf_counter()
+        fn(x)
+        sync()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
 def fp32_peak_tflops(torch) -> float:
     """The measured FP32 ceiling (METHOD.md): an 8192^3 matrix product with TF32 off, median of 10 timings."""
     torch.backends.cuda.matmul.allow_tf32 = False
