@@ -281,7 +281,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
         regs, smem = stages.estimate_resources(shape, config)
         kernels[name] = {**placed[name], "shape": shape_dict(shape), "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,
-                         "weight_layout": k.weight_layout, **resources(records[name]),
+                         "weight_layout": k.weight_layout, "epilogue": k.epilogue, **resources(records[name]),
                          "estimate": {"registers": int(regs), "smem": int(smem)}}
 
     layers = []

@@ -1,9 +1,11 @@
 """Render CUDA sources from the jinja2 templates in codegen/templates/.
 
 - `render_sparse`: the sparse convolution (dense NHWC input compacted in shared memory inside the
-  conv kernel itself: no separate conversion pass, no memset when one block owns all of C); configs with
-  wh*ww > 1 go to `render_sparse_ws`, the warp-tiled variant (several register tiles a block).
-- `render_epilogue`: scale/shift (+ residual) + ReLU + zero counter.
+  conv kernel itself: no separate conversion pass), its epilogue (bias, residual, ReLU, zero count) fused
+  into the store, one launch even with a channel split; configs with wh*ww > 1 go to `render_sparse_ws`,
+  the warp-tiled variant (several register tiles a block).
+- `render_epilogue`: scale/shift (+ residual) + ReLU + zero counter, for what no conv kernel fuses (the
+  cuDNN path, pre-activation batchnorms).
 - `render_selector`: the device-side dense/sparse selector.
 
 Exactly what `snn-codegen build` emits: one kernel per (shape, batch, config), named by the config.
@@ -36,6 +38,7 @@ class EmittedKernel:
     steps: list = field(hash=False)
     workspace: dict = field(hash=False)
     weight_layout: str = "CRSN"
+    epilogue: bool = False   # the launch applies bias / residual / ReLU / zero count itself (CONV_ARGS)
 
 
 @lru_cache(maxsize=1)
@@ -143,13 +146,24 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig) -> Emitted
     src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels,
                                                            hoist=hoist_default(shape, batch, config),
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
-    steps = []
-    if g["TILES_C"] > 1:  # several blocks add into one output element
-        steps.append({"op": "memset", "buffer": "output"})
-    steps.append({"op": "launch", "function": name,
-                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-                  "block": [config.threads, 1, 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
-    return EmittedKernel(name, src, steps, {}, "CRSN")
+    return _kernel(name, src, shape, batch, g, [config.threads, 1, 1])
+
+
+# The launch arguments of a conv kernel with its epilogue fused (templates/_epilogue.cu.j2); the runtime passes
+# null for an absent bias, residual or counter, and 0 or 1 for relu.
+CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu", "partial", "tickets"]
+
+
+def _kernel(name: str, src: str, shape: ConvShape, batch: int, g: dict, block: list[int]) -> EmittedKernel:
+    """One launch; with a channel split, the workspace its blocks meet in: an accumulator the size of the
+    output and a ticket per output tile (zeroed once by the runtime, left zeroed by the kernel itself)."""
+    workspace = {}
+    if g["TILES_C"] > 1:
+        tiles = batch * g["TILES_H"] * g["TILES_W"] * g["TILES_N"]
+        workspace = {"partial": 4 * batch * shape.P * shape.Q * shape.N, "tickets": 4 * tiles}
+    step = {"op": "launch", "function": name, "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+            "block": block, "smem": g["SMEM"], "args": list(CONV_ARGS)}
+    return EmittedKernel(name, src, [step], workspace, "CRSN", epilogue=True)
 
 
 def render_epilogue() -> tuple[str, str]:
@@ -208,10 +222,4 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig) -> Emit
     pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, shape_tag=shape.tag(),
                                                               cfg_tag=config.tag())
-    steps = []
-    if g["TILES_C"] > 1:
-        steps.append({"op": "memset", "buffer": "output"})
-    steps.append({"op": "launch", "function": name,
-                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-                  "block": [config.threads, g["WARPS"], 1], "smem": g["SMEM"], "args": ["input", "weight", "output"]})
-    return EmittedKernel(name, src, steps, {}, "CRSN")
+    return _kernel(name, src, shape, batch, g, [config.threads, g["WARPS"], 1])

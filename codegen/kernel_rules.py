@@ -80,6 +80,7 @@ def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SME
 WS_WARPS = ((1, 2), (2, 1), (2, 2), (2, 4), (4, 2), (4, 1), (1, 4), (7, 1), (1, 7), (7, 2), (2, 7))
 WS_MAX_WORDS = 4            # a warp's in-tile pixels: at most 4 ballot words (128 pixels)
 WS_REG_MARGIN = 24          # registers beyond accumulators + taps (ptxas: 125 for 4x4 nt 4 under a 128 cap)
+WS_EPILOGUE_NT8 = 8         # + for nt 8: two output vectors in the fused epilogue (a 2x4 tile spilled under 96)
 WS_REG_MIN = 80             # 4x4 nt 1 tiles spilled under a 64 cap
 SM_SMEM_BYTES = 228 * 1024  # an H100 SM's shared memory; each block takes 1 KB more
 WS_SMEM_LIMIT = 200 * 1024  # dynamic shared memory, of the H100's 227 KB per block
@@ -109,8 +110,8 @@ def ws_params(shape: ConvShape, cfg: KernelConfig, kc: int | None = None, minb: 
     ih, iw = cfg.in_tile(shape)
     words = math.ceil(ih * iw / 32)
     # + 16 a ballot word past two: 8x8 nt 1 (4 words) spilled 8 bytes under 128 registers
-    need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs,
-               WS_REG_MIN)
+    need = max(cfg.th * cfg.tw * cfg.nt + rs * cfg.nt + WS_REG_MARGIN + 16 * max(0, words - 2) + extra_regs
+               + (WS_EPILOGUE_NT8 if cfg.nt == 8 else 0), WS_REG_MIN)
     if minb is None:
         minb = most_blocks(nthr, need, 16)
 

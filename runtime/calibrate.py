@@ -5,8 +5,8 @@ write the measurements to the tuning file (runtime/tuning.py: tuning.json in the
 the user names). The bundle itself is never written; the runtime derives thresholds, static kernels
 and the measured choice among candidates from the tuning file at load.
 
-The epilogue (bias + ReLU + zero count) runs after the conv on both paths, so it is not part of
-either number (bench layers reports it). Identical shapes are measured once per batch; cuDNN once per
+Both numbers include the epilogue the network runs after the conv (bias + ReLU + zero count): fused
+into the sparse kernel's store, one snn_epilogue launch after cuDNN. Identical shapes are measured once per batch; cuDNN once per
 level. Progress is written to the tuning file after every shape, so an interrupted run resumes where
 it stopped; `remeasure` measures again what the file already holds.
 """
@@ -108,7 +108,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                                           nchw=False, dense=dense)
                 t = {k: v["median_us"] for k, v in rec["times"].items()}
                 meas[key(shape, b, lv, kernel)] = {
-                    "sparse_us": t["sparse"], "dense_us": t.get("dense_fp32_nhwc"),
+                    "sparse_us": t["sparse"], "dense_us": t.get("dense_fp32_nhwc_epilogue"),
                     "dense_tf32_us": t.get("dense_tf32_nhwc"),
                     "sparsity": [round(float((x == 0).float().mean().item()), 4) for x in xs],
                     "rel_err_vs_cudnn_fp32": rec.get("rel_err_vs_cudnn_fp32"), "layers": g["layers"]}
@@ -198,7 +198,7 @@ def build_exhaustive(spec: str, gpu_name: str, batch: int, level: float, n_layer
             ev = evaluate_config(p["shape"], gpu, batch, level, cfg)
             cands.append({"kernel": name, "config": cfg.to_dict(), "model_choice": rank == 0,
                           "predicted_us": ev.get("predicted_us"), "cubin": rec["cubin"], "steps": k.steps,
-                          "workspace": k.workspace, "weight_layout": k.weight_layout,
+                          "workspace": k.workspace, "weight_layout": k.weight_layout, "epilogue": k.epilogue,
                           "spills": "; ".join(probs) or None})
         out.append({"layer": p["layer"], "layers": p["layers"], "label": common.shape_label(p["shape"]),
                     "tag": p["shape"].tag(), "batch": batch, "level": level, "stage1_survivors": p["stage1"],
@@ -224,6 +224,7 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
     timer = timing.Timer(env, reps, warmup)
     rng = np.random.default_rng(seed)
     perms = [rng.permutation(pool.shape[0]) for _ in range(common.N_SETS)]
+    from .kernels import workspace
     from .lower import to_layout
     results = []
     with torch.inference_mode():
@@ -242,8 +243,7 @@ def time_exhaustive(env, net, sd, plan: list[dict], images_dir, seed: int, reps:
                     c["measured_us"] = None
                     continue
                 wk = to_layout(weight, c["weight_layout"])
-                ws = {k: torch.empty(max(1, int(v)), dtype=torch.uint8, device=env.device)
-                      for k, v in (c["workspace"] or {}).items()}
+                ws = workspace(torch, c["workspace"], env.device)
                 out.fill_(float("nan"))
                 backend.sparse_conv(c["kernel"], c, xs[0], wk, out, ws, shape)
                 err = float((torch.linalg.vector_norm((out - ref).double()) / torch.linalg.vector_norm(ref.double())).item())

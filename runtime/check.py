@@ -7,7 +7,8 @@ kernel is checked the way a bundle runs it.
 
 Inputs are ReLU-like (positive values with the given share zeroed, never all zero), outputs are filled
 with NaN first (an output a kernel leaves unwritten fails), and the reference is torch's conv2d in float64
-on the same float32 values; a kernel passes within TOLERANCE of the largest reference value.
+on the same float32 values, followed by the kernel's fused epilogue (bias, residual, ReLU) in float64; a
+kernel passes within TOLERANCE of the largest reference value, with the zero count it reports exact.
 
 Used by tests/gpu/test_kernels.py and by the tools that time or profile rendered kernels.
 """
@@ -21,7 +22,7 @@ from snn.codegen.emit import EmittedKernel, render_epilogue
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import CudaBackend
+from .kernels import CudaBackend, workspace
 
 TOLERANCE = 1e-5
 # (batch, channels, height, width, residual, relu, in place): vector (C % 4 == 0) and scalar paths
@@ -55,6 +56,7 @@ class KernelRunner:
         self.arch = "sm_%d%d" % self.dev.compute_capability
         self.compiler = Compiler(cache, jobs)
         self.records: dict[str, dict] = {}
+        self._ws: dict[str, dict] = {}
         epi_name, epi_source = render_epilogue()
         self._compile({epi_name: epi_source})
         epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name}
@@ -69,32 +71,61 @@ class KernelRunner:
         """Compile what the cache lacks; returns the kernels with a stack frame or spills, and why."""
         return self._compile({k.name: k.source for k in kernels})
 
-    def run(self, kernel: EmittedKernel, x, w, out) -> None:
-        """The kernel's steps (memset, launch) on NHWC input x, CRSN weights w and NHWC output out."""
+    def run(self, kernel: EmittedKernel, x, w, out, epi=None) -> None:
+        """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
+        goes into a kernel that fuses it. The kernel's workspace is made (zeroed) on its first run."""
         entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps}
-        self.backend.sparse_conv(kernel.name, entry, x, w, out, {}, None)
+        if kernel.name not in self._ws:
+            self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
+        self.backend.sparse_conv(kernel.name, entry, x, w, out, self._ws[kernel.name], None, epi)
 
-    def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen) -> dict:
+    def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
+                   form: int = 0) -> dict:
+        """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
+        bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
+        workspace (output poisoned each time): a channel split's tickets must have reset themselves, and the
+        result must be bit-identical (the slices are added in a fixed order)."""
+        from .executor import Epilogue
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
-        out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda")
-        self.run(kernel, x, w, out)
-        torch.cuda.synchronize()
+        bias, residual, relu = [(True, True, True), (True, False, True), (True, False, False),
+                                (False, False, False)][form % 4]
+        b = torch.randn(shape.N, generator=gen, device="cuda") if bias else None
+        r = torch.randn((batch, shape.P, shape.Q, shape.N), generator=gen, device="cuda") if residual else None
         want = conv_float64(torch, x, w, shape)
+        if b is not None:
+            want = want + b.double()
+        if r is not None:
+            want = want + r.double()
+        if relu:
+            want = want.clamp_min(0)
+        outs, counted = [], []
+        for _ in range(2):
+            out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda")
+            zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0))
+            torch.cuda.synchronize()
+            outs.append(out)
+            counted.append(int(zeros.item()))
+        out = outs[0]
         err, scale = float((out.double() - want).abs().max()), float(want.abs().max())
         nan = int(torch.isnan(out).sum())
-        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "max_abs_err": err,
-                "max_abs_ref": scale, "nan": nan, "ok": nan == 0 and err <= TOLERANCE * scale + TOLERANCE}
+        nz = int((out == 0).sum())
+        same = bool(torch.equal(outs[0], outs[1]))
+        ok = nan == 0 and err <= TOLERANCE * scale + TOLERANCE and counted == [nz, nz] and same
+        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias,
+                "residual": residual, "relu": relu, "max_abs_err": err, "max_abs_ref": scale, "nan": nan,
+                "zeros": counted, "zeros_expected": nz, "repeat_identical": same, "ok": ok}
 
     def check_convs(self, cases, seed: int = 0) -> list[dict]:
         """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each."""
         gen = self.torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
-        for k, shape, batch in cases:
+        for i, (k, shape, batch) in enumerate(cases):
             sparsity = 0.4 + 0.55 * float(self.torch.rand(1, generator=gen, device="cuda"))
-            rows.append(self.check_conv(k, shape, batch, sparsity, gen))
+            rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=i))
         return rows
 
     def check_epilogue(self, seed: int = 2) -> list[dict]:

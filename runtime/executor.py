@@ -8,19 +8,21 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape)      a manifest kernel's steps
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi) a manifest kernel's steps; epi (an
+                                     Epilogue, or None) goes into the launch of a kernel that fuses it
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
 
 The capture hook: runtime/graph.py records forward() into a CUDA graph through these members of
 Executor, and no others:
     forward(x, capture=cap)          cap.counters: the int64 zero counters the pass counts into (zeroed
-                                     first); cap.conv(op, inp, batch, counters, trace) -> output: called
-                                     for every eligible conv in place of the host read and dispatch
+                                     first); cap.conv(op, inp, epi, batch, counters, trace) -> output:
+                                     called for every eligible conv in place of the host read and dispatch
     ops, eligible, slots, convs, conv_op(name)    the program, read only
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
                                      graph allocates nothing
-    sparse_conv(op, kernel, inp, out)  launch `kernel` for the conv `op` into `out` (+ its bias)
+    sparse_conv(op, kernel, inp, out, epi)  launch `kernel` for the conv `op` into `out`, epilogue included
+    dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
     last_trace                       replaced by the graph's trace after each replay
 """
@@ -34,7 +36,28 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
+from .kernels import OPTIONAL_ARGS, workspace
 from .lower import Op, Program, from_layout, lower, to_layout
+
+
+@dataclass
+class Epilogue:
+    """What follows a conv's sum: + bias[n] (+ residual), ReLU, zeros counted into counters[slot]. A kernel
+    that fuses it (manifest "epilogue": true, emit.CONV_ARGS) applies it while storing; otherwise one
+    snn_epilogue launch does, in place."""
+    bias: object = None
+    residual: object = None
+    relu: bool = False
+    counters: object = None
+    slot: int | None = None
+
+    @property
+    def bias_only(self) -> bool:
+        return self.residual is None and not self.relu and self.counters is None
+
+    @property
+    def empty(self) -> bool:
+        return self.bias is None and self.bias_only
 
 
 @dataclass
@@ -75,13 +98,13 @@ class TorchBackend:
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape):
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         F = self.torch.nn.functional
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         for step in kentry["steps"]:
             names = [step["buffer"]] if step["op"] == "memset" else step.get("args", [])
             for a in names:
-                if a not in bufs:
+                if a not in bufs and a not in OPTIONAL_ARGS:
                     raise RunError(f"kernel '{name}': step names unknown buffer '{a}'")
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
         x = inp
@@ -89,6 +112,8 @@ class TorchBackend:
             x, w = x.to(self.compute_dtype), w.to(self.compute_dtype)
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
         out.copy_(y)
+        if epi is not None:
+            self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
         self.sparse_calls.append(name)
 
     def prepare_bias(self, channels):
@@ -143,9 +168,7 @@ class Executor:
 
     def _workspace(self, name: str, kentry: dict) -> dict:
         if name not in self._workspace_cache:
-            self._workspace_cache[name] = {
-                k: self.torch.empty(max(1, int(v)), dtype=self.torch.uint8, device=self.device)
-                for k, v in (kentry.get("workspace") or {}).items()}
+            self._workspace_cache[name] = workspace(self.torch, kentry.get("workspace"), self.device)
         return self._workspace_cache[name]
 
     def prepare_sparse(self, conv: str, kernel: str) -> None:
@@ -157,15 +180,36 @@ class Executor:
         self._weight_in(conv, kentry.get("weight_layout", "NCRS"))
         self._workspace(kernel, kentry)
 
-    def sparse_conv(self, op: Op, kernel: str, inp, out) -> None:
-        """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, then the conv's
-        bias (an epilogue without ReLU) where no later epilogue adds it."""
+    def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue) -> None:
+        """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included
+        (one snn_epilogue launch after the steps where the kernel does not fuse it)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
+        fused = bool(kentry.get("epilogue"))
         self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                 self.convs[op.name].shape)
-        if op.attrs["bias"] is not None:
-            self.backend.epilogue(out, None, op.attrs["bias"], None, out, None, None, False)
+                                 self.convs[op.name].shape, epi if fused else None)
+        if not fused and not epi.empty:
+            self.backend.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
+
+    def dense_conv(self, op: Op, inp, epi: Epilogue):
+        """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call)."""
+        torch, F = self.torch, self.torch.nn.functional
+        shape = self.convs[op.name].shape
+        if epi.bias_only:
+            return F.conv2d(inp, op.attrs["weight"], epi.bias, shape.stride, shape.padding)
+        y = F.conv2d(inp, op.attrs["weight"], None, shape.stride, shape.padding)
+        y = y.contiguous(memory_format=torch.channels_last)
+        self.backend.epilogue(y, None, epi.bias, epi.residual, y, epi.counters, epi.slot, epi.relu)
+        return y
+
+    def epilogue_of(self, op: Op, env: dict, counters) -> Epilogue:
+        """The conv op's epilogue this pass: its fused bias + residual + ReLU + count, or its own bias."""
+        ep = op.attrs.get("epilogue")
+        if ep is None:
+            return Epilogue(bias=op.attrs["bias"])
+        res = env[ep["residual"]].contiguous(memory_format=self.torch.channels_last) if ep["residual"] else None
+        slot = ep["slot"] if counters is not None else None
+        return Epilogue(ep["shift"], res, ep["relu"], counters if slot is not None else None, slot)
 
     # -- run ---------------------------------------------------------------------------------------
     def _count_needed(self) -> bool:
@@ -196,7 +240,10 @@ class Executor:
         for i, op in enumerate(prog.ops):
             a = op.attrs
             if op.kind == "conv":
-                env[op.name] = self._conv(op, env[op.inputs[0]], B, counters, trace, sync, capture)
+                epi = self.epilogue_of(op, env, counters if count else None)
+                env[op.name] = self._conv(op, env[op.inputs[0]], epi, B, counters, trace, sync, capture)
+            elif op.kind == "alias":
+                env[op.name] = env[op.inputs[0]]
             elif op.kind == "epilogue":
                 inp = env[op.inputs[0]].contiguous(memory_format=cl)
                 res = env[a["residual"]].contiguous(memory_format=cl) if a["residual"] else None
@@ -236,14 +283,14 @@ class Executor:
         self.last_trace = trace
         return env[prog.output]
 
-    def _conv(self, op: Op, inp, B, counters, trace, sync, capture):
-        torch, F = self.torch, self.torch.nn.functional
+    def _conv(self, op: Op, inp, epi: Epilogue, B, counters, trace, sync, capture):
+        torch = self.torch
         cl = torch.channels_last
         conv = self.convs[op.name]
         shape = conv.shape
         eligible = op.name in self.program.eligible
         if eligible and counters is not None and capture is not None:
-            return capture.conv(op, inp, B, counters, trace)
+            return capture.conv(op, inp, epi, B, counters, trace)
         sparsity = None
         if eligible and counters is not None:
             # host read of the counter: one small copy per layer (the graph path decides on the device)
@@ -253,11 +300,11 @@ class Executor:
             kernel = dispatch.choose(self.cache.layer_entry(op.name, B), sparsity, self.force)
         t0 = self._tick(sync)
         if kernel is None:
-            out = F.conv2d(inp, op.attrs["weight"], op.attrs["bias"], shape.stride, shape.padding)
+            out = self.dense_conv(op, inp, epi)
         else:
             inp = inp.contiguous(memory_format=cl)
             out = torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
-            self.sparse_conv(op, kernel, inp, out)
+            self.sparse_conv(op, kernel, inp, out, epi)
         ms = self._tock(t0, sync) if self.trace else None
         trace.append(LayerTrace(conv.index, conv.name, sparsity, "sparse" if kernel else "dense", kernel, ms))
         return out

@@ -6,9 +6,10 @@ Per eligible conv layer the captured graph holds two nodes (docs/graphs.md):
                             row (dispatch.selector_table), writes the branch for the trace and sets the
                             layer's SWITCH handle (cudaGraphSetConditional)
     SWITCH (branch)         body 0: the cuDNN convolution (torch, recorded on a side stream; its output
-                            and cuDNN workspace come from a memory pool private to this graph)
-                            body b: the steps of the layer's b-th sparse kernel, writing into the same
-                            output tensor (+ the bias epilogue where the conv has a bias)
+                            and cuDNN workspace come from a memory pool private to this graph) and the
+                            conv's epilogue (bias, residual, ReLU, zero count: one snn_epilogue launch)
+                            body b: the layer's b-th sparse kernel, writing into the same output tensor,
+                            its epilogue fused into its store
 
 The conditional node is added to torch's capture with cuda-python (cuStreamGetCaptureInfo ->
 cuGraphAddNode -> cuStreamUpdateCaptureDependencies) and each body is recorded with
@@ -223,15 +224,14 @@ class Capture:
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
     # -- during capture ----------------------------------------------------------------------------
-    def conv(self, op, inp, B, counters, trace):
+    def conv(self, op, inp, epi, B, counters, trace):
         torch, ex = self.torch, self.ex
-        F = torch.nn.functional
         conv = ex.convs[op.name]
         shape = conv.shape
         table = self.tables.get(op.name)
         if table is None:  # no kernels for this layer: always dense, no selector
             trace.append(LayerTrace(conv.index, conv.name, None, "dense", None, None))
-            return F.conv2d(inp, op.attrs["weight"], op.attrs["bias"], shape.stride, shape.padding)
+            return ex.dense_conv(op, inp, epi)
         cl = torch.channels_last
         inp = inp.contiguous(memory_format=cl)
         i = len(self.layers)
@@ -241,7 +241,7 @@ class Capture:
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
             y = torch.empty(inp.shape[0], shape.N, shape.P, shape.Q, device=inp.device, dtype=inp.dtype,
                             memory_format=cl)
-            self._sparse(op, table.kernel(fixed), inp, y)
+            ex.sparse_conv(op, table.kernel(fixed), inp, y, epi)
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return y
         handle = self._new_handle(table.branches)
@@ -249,19 +249,16 @@ class Capture:
         out = {}
 
         def dense():
-            y = F.conv2d(inp, op.attrs["weight"], op.attrs["bias"], shape.stride, shape.padding)
+            y = ex.dense_conv(op, inp, epi)
             out["y"] = y if y.is_contiguous(memory_format=cl) else y.contiguous(memory_format=cl)
 
-        bodies = [dense] + [lambda k=k: self._sparse(op, k, inp, out["y"]) for k in table.kernels]
+        bodies = [dense] + [lambda k=k: ex.sparse_conv(op, k, inp, out["y"], epi) for k in table.kernels]
         try:
             self._switch(handle, bodies)
         except BodyUnsupported as e:
             raise BodyUnsupported(f"{conv.name}: {e}", conv.name) from None
         trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
         return out["y"]
-
-    def _sparse(self, op, kernel, inp, out):
-        self.ex.sparse_conv(op, kernel, inp, out)
 
     def _select(self, i, counters, slot, numel, table, handle):
         sel, dev = self.runner.selector, self.runner.device

@@ -2,7 +2,8 @@
 
 - epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu)` (docs/interfaces.md),
   1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
-- sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors.
+- sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; a
+  kernel that fuses its epilogue (emit.CONV_ARGS) gets the bias, residual, counter and relu flag too.
 """
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ from .errors import RunError
 
 EPILOGUE_BLOCK = 256
 _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
+
+
+# launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent) and
+# the channel split's workspace (null for a kernel without one)
+OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "partial", "tickets")
+
+
+def workspace(torch, sizes: dict | None, device) -> dict:
+    """A kernel's workspace buffers ({name: bytes} from its manifest entry), zeroed: a channel split's tickets
+    must start at 0 (the kernel resets them itself after each launch)."""
+    return {k: torch.zeros(max(1, int(v)), dtype=torch.uint8, device=device) for k, v in (sizes or {}).items()}
+
+
+def _ptr(t) -> int:
+    return 0 if t is None else t.data_ptr()
 
 
 class CudaBackend:
@@ -49,8 +65,13 @@ class CudaBackend:
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args)
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape):
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
+        # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
+        vals = {"bias": 0, "residual": 0, "zeros": 0, "partial": 0, "tickets": 0, "relu": 0}
+        if epi is not None:
+            vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
+                        zeros=epi.counters.data_ptr() + 8 * epi.slot if epi.counters is not None else 0)
         for i, step in enumerate(kentry["steps"]):
             op = step.get("op")
             if op == "memset":
@@ -61,10 +82,13 @@ class CudaBackend:
             elif op == "launch":
                 args = []
                 for a in step["args"]:
-                    if a not in bufs:
+                    if a in bufs:
+                        args.append((bufs[a].data_ptr(), _PTR))
+                    elif a in vals:
+                        args.append((vals[a], _I32 if a == "relu" else _PTR))
+                    else:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
-                                       f"(known: {', '.join(bufs)})")
-                    args.append((bufs[a].data_ptr(), _PTR))
+                                       f"(known: {', '.join(list(bufs) + list(vals))})")
                 self.dev.launch(kentry["cubin"], step["function"], step["grid"], step["block"],
                                 int(step.get("smem", 0)), args)
             else:

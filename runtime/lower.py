@@ -2,8 +2,9 @@
 
 - conv -> batchnorm pairs become one conv with folded weights and bias (folded in float64, stored FP32,
   channels_last);
-- the ReLU after a conv (or after conv + residual add) becomes one `epilogue` op (the `snn_epilogue`
-  launch) that adds the bias (+ residual), applies the ReLU in place and counts the zeros it wrote;
+- the ReLU after a conv (or after conv + residual add) is fused into that conv (attrs "epilogue"): its
+  kernel adds the bias (+ residual), applies the ReLU and counts the zeros it writes as it stores (the
+  cuDNN path: one `snn_epilogue` launch in place after it); the ReLU's value is an `alias` of the conv's;
 - a batchnorm not after a conv (DenseNet's pre-activation norm1/norm/norm5) + ReLU becomes one
   epilogue with the BN's scale/shift, written to a new tensor (the input lives on in later concats);
 - every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own.
@@ -26,13 +27,15 @@ from .errors import RunError
 
 @dataclass
 class Op:
-    # conv | epilogue | count | relu | add | maxpool | avgpool | adaptive_avgpool | concat | flatten | linear
+    # conv | epilogue | count | alias | relu | add | maxpool | avgpool | adaptive_avgpool | concat | flatten | linear
     kind: str
     name: str                 # the spec node whose value this op produces
     inputs: tuple[str, ...]   # value names read
     attrs: dict = field(default_factory=dict)
-    # attrs by kind: conv: weight (folded, NCRS, channels_last), bias (None when an epilogue adds it);
+    # attrs by kind: conv: weight (folded, NCRS, channels_last), bias (None when an epilogue adds it),
+    # epilogue (if fused into it: shift, residual, relu, slot; inputs then end with the residual);
     # epilogue: scale, shift, residual (a value name or None), inplace, relu, slot (if it counts);
+    # alias: none (the value is its input's: a conv that applied its epilogue itself);
     # count: slot; pools: kernel, stride, padding, ceil_mode / size; linear: weight, bias
 
 
@@ -84,6 +87,7 @@ def lower(net: Network, sd: dict, device="cpu") -> Program:
             op.attrs["weight"] = weight[op.name]
     eligible = {c.name for c in net.sparse_convs}  # the convs the build made kernels for (spec.ConvLayer.sparse)
     ops, slots = _counters(ops, eligible)
+    ops = _into_convs(ops)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
 
 
@@ -172,6 +176,7 @@ def _fuse(g: _Graph, sd: dict, alias: dict[str, str], bias: dict, dev) -> tuple[
         return Op("epilogue", name, inputs or (src,),
                   {"scale": None, "shift": shift, "residual": residual, "inplace": inplace, "relu": True})
 
+    order = {n.name: i for i, n in enumerate(net.nodes)}
     ops: list[Op] = []
     fused_bias: set[str] = set()
     for n in net.nodes:
@@ -190,11 +195,10 @@ def _fuse(g: _Graph, sd: dict, alias: dict[str, str], bias: dict, dev) -> tuple[
                 ops.append(relu_epilogue(n.name, c, shift=bias[c]))
             elif srcn is not None and srcn.op == "add" and len(srcn.inputs) == 2 and only_user(src, n.name):
                 main = None
-                for j, v in enumerate(srcn.inputs):
+                for j, v in enumerate(srcn.inputs):  # the conv produced last: its kernel can add the other
                     cj = conv_chain(v) if only_user(v, src) else None
-                    if cj is not None:
+                    if cj is not None and (main is None or order[cj] > order[main]):
                         main, other = cj, value_of(srcn.inputs[1 - j])
-                        break
                 if main is not None:                            # conv (+bn) + residual -> relu
                     fused_bias.add(main)
                     ops.append(relu_epilogue(n.name, main, shift=bias[main], residual=other, inputs=(main, other)))
@@ -248,6 +252,28 @@ def _counters(ops: list[Op], eligible: set[str]) -> tuple[list[Op], dict[str, in
             else:
                 final.append(Op("count", op.name, (op.name,), {"slot": slots[op.name]}))
     return final, slots
+
+
+def _into_convs(ops: list[Op]) -> list[Op]:
+    """Each bias (+ residual) + ReLU epilogue of a conv's own output moves into that conv (attrs "epilogue":
+    shift, residual, relu, slot): its kernel applies it while storing (or, on the cuDNN path, one epilogue
+    launch right after it); the epilogue op becomes an `alias` of the conv's value. The residual must exist
+    by then (lowering fuses into the conv produced last)."""
+    at = {op.name: i for i, op in enumerate(ops)}
+    out: list[Op] = []
+    for op in ops:
+        a = op.attrs
+        src = ops[at[op.inputs[0]]] if op.kind == "epilogue" and op.inputs[0] in at else None
+        if src is None or src.kind != "conv" or a["scale"] is not None or not a["inplace"] \
+                or (a["residual"] is not None and at.get(a["residual"], -1) >= at[src.name]):
+            out.append(op)
+            continue
+        src.attrs["epilogue"] = {"shift": a["shift"], "residual": a["residual"], "relu": a["relu"],
+                                 "slot": a.get("slot")}
+        if a["residual"] is not None:
+            src.inputs = src.inputs + (a["residual"],)
+        out.append(Op("alias", op.name, (src.name,)))
+    return out
 
 
 def _liveness(ops: list[Op], output: str) -> list[list[str]]:

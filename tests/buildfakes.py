@@ -43,6 +43,7 @@ class EmittedKernel:
     steps: list
     workspace: dict
     weight_layout: str = "CRSN"
+    epilogue: bool = False
 
 
 def fake_config(shape, level) -> KernelConfig:

@@ -17,25 +17,33 @@ S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 def test_render_sparse_contract():
     cfg = KernelConfig(7, 7, 32, 64, 2)
     k = emit.render_sparse(S3, 1, cfg)
-    assert k.name == cfg.name(S3, 1) and k.weight_layout == "CRSN" and k.workspace == {}
+    assert k.name == cfg.name(S3, 1) and k.weight_layout == "CRSN" and k.epilogue
     sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
     assert sig, "kernel must be extern C with the config name"
-    params = [p.strip() for p in sig.group(1).split(",")]
-    assert len(params) == 3 and all("*" in p for p in params)  # only pointers: sizes are constants
-    # 256 channels in tiles of 32: partial sums meet in atomics on a zeroed output
-    assert k.steps[0] == {"op": "memset", "buffer": "output"}
-    launch = k.steps[1]
-    assert launch["function"] == k.name and launch["args"] == ["input", "weight", "output"]
+    params = [" ".join(p.split()) for p in sig.group(1).split(",")]
+    assert len(params) == len(emit.CONV_ARGS) == 9  # sizes are constants: pointers, and the relu flag
+    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS
+    assert params[6] == "int relu" and all("*" in p for i, p in enumerate(params) if i != 6)
+    # 256 channels in tiles of 32: partial sums meet in atomics on the workspace accumulator (one output's
+    # worth, left zeroed by the kernel), the last block of each output tile (a ticket each) runs the epilogue
+    assert k.workspace == {"partial": 4 * 14 * 14 * 256, "tickets": 4 * 4 * 2}
+    [launch] = k.steps   # one launch: no memset, no separate epilogue
+    assert launch["function"] == k.name and launch["args"] == emit.CONV_ARGS
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
-    assert "atomicAdd(dst" in k.source and "#define NPIX 81" in k.source
+    assert "atomicAdd(reinterpret_cast<float2*>(partial + e), o);" in k.source and "#define NPIX 81" in k.source
+    assert "== 7u;" in k.source and "__stcg(reinterpret_cast<float2*>(partial + e), make_float2(0.f, 0.f));" in k.source
 
 
-def test_one_channel_tile_stores_directly_without_memset():
+def test_one_channel_tile_stores_directly_with_its_epilogue():
     k = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2))
-    assert [s["op"] for s in k.steps] == ["launch"]
+    assert [s["op"] for s in k.steps] == ["launch"] and k.workspace == {}
     assert k.steps[0]["grid"] == [4 * 2, 1, 8]
-    assert "atomicAdd(dst" not in k.source and "dst[0 * THREADS] = o0;" in k.source  # nt 2: vector stores (vec)
-    assert "*dst = acc" in emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 1)).source  # nt 1: scalar
+    assert "atomicAdd(reinterpret_cast" not in k.source and "tickets +" not in k.source
+    assert "*reinterpret_cast<float2*>(output + e) = o;" in k.source  # nt 2: vector stores (vec)
+    assert "if (residual) o = snn_add(o, *reinterpret_cast<const float2*>(residual + e));" in k.source
+    assert "b0[k] = bias != nullptr && n < N ? bias[n] : 0.f;" in k.source   # the accumulators start at the bias
+    scalar = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 1)).source  # nt 1: scalar
+    assert "*reinterpret_cast<float*>(output + e) = o;" in scalar
 
 
 def test_pixels_that_feed_no_output_are_not_tested():
@@ -54,12 +62,12 @@ def test_bad_configs_are_refused():
 
 def test_guards_only_where_needed():
     ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (1, 1), (1, 1)), 1, KernelConfig(4, 4, 20, 32, 1))
-    assert "if (p0 + i >= P) break;" in ragged.source and "if (n >= N) continue;" in ragged.source
+    assert "if (p0 + i >= P) break;" in ragged.source and "if (n0 + 0 * THREADS < N)" in ragged.source
     assert "snn_cp16(xs" in ragged.source  # C % 4 == 0 and KC = 20: 16-byte copies
     odd_c = emit.render_sparse(ConvShape(3, 64, 20, 20, 7, 7, (2, 2), (3, 3)), 1, KernelConfig(4, 4, 3, 64, 1))
     assert "snn_cp16(xs" not in odd_c.source and "snn_cp4(xs" in odd_c.source  # C = 3: 4-byte copies
     exact = emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 128, 2))
-    assert "p0 + i >= P" not in exact.source and "n >= N" not in exact.source
+    assert "p0 + i >= P" not in exact.source and "< N)" not in exact.source
 
 
 def test_render_epilogue():

@@ -21,14 +21,16 @@ def test_vec_eligibility_and_name():
     cfg = KernelConfig(4, 4, 32, 32, 4)
     k = emit.render_sparse(S3, 8, cfg)                                                       # vec where eligible
     assert k.name == cfg.name(S3, 8)
-    assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source and "float4* dst" in k.source
-    assert "atomicAdd(dst + 0 * THREADS, o0);" in k.source             # tc 32 < C: vector atomics
+    assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source
+    assert "atomicAdd(reinterpret_cast<float4*>(partial + e), o);" in k.source    # tc 32 < C: vector atomics
     whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2))
-    assert "snn_cp8(" in whole.source and "dst[0 * THREADS] = o0;" in whole.source and "atomicAdd" not in whole.source
+    assert "snn_cp8(" in whole.source and "*reinterpret_cast<float2*>(output + e) = o;" in whole.source
+    assert "atomicAdd(reinterpret_cast" not in whole.source
     ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 3, KernelConfig(2, 3, 4, 32, 4))
-    assert "if (n0 + 0 * THREADS * 4 < N)" in ragged.source and "n0 + 0 * THREADS * 4 < N ? wp + rs * N + 0 * THREADS * 4 : weight" in ragged.source
+    assert "if (n0 + 0 * THREADS < N)" in ragged.source and "n0 + 0 * THREADS * 4 < N ? wp + rs * N + 0 * THREADS * 4 : weight" in ragged.source
     strided = emit.render_sparse(ConvShape(20, 42, 9, 11, 3, 3, (1, 1), (1, 1)), 3, KernelConfig(4, 4, 20, 32, 4))
-    assert "const int n0 = tile_n * NB + threadIdx.x;" in strided.source and "float4" not in strided.source
+    assert "const int n0 = tile_n * NB + threadIdx.x;" in strided.source and "float4 o" not in strided.source
+    assert "const size_t e = e0 + 3 * THREADS;" in strided.source    # nt 4 scalar: channel n0 + 3 * THREADS
 
 
 def test_vec_nt8_two_vectors_per_tap_and_pixel():
@@ -41,7 +43,7 @@ def test_vec_nt8_two_vectors_per_tap_and_pixel():
     src = emit.render_sparse(sh, 32, cfg).source
     for v in (0, 1):
         assert f"snn_cp16(wmine + ((slot * RS + rs) * 2 + {v}) * THREADS * 4, wp + rs * N + {v} * THREADS * 4, 16);" in src
-        assert f"atomicAdd(dst + {v} * THREADS, o{v});" in src
+        assert f"const size_t e = e0 + {4 * v} * THREADS;" in src
     assert "wr[rs][7] = w1.w;" in src and "const int n0 = tile_n * NB + threadIdx.x * 4;" in src
 
 

@@ -26,21 +26,30 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     assert "batchnorm" not in kinds and "bn" not in kinds
     # pool1 (maxpool of a relu) and cat (read by e.conv) get a counting pass
     assert [op.name for op in prog.ops if op.kind == "count"] == ["pool1", "cat"]
-    assert sum(1 for op in prog.ops if op.kind == "epilogue" and op.attrs.get("residual")) == 1
-    # conv -> bn -> relu: the conv without bias, the folded bias in the in-place epilogue, which counts
-    relu1 = ops[("epilogue", "relu1")]
-    assert ops[("conv", "conv1")].attrs["bias"] is None and relu1.inputs == ("conv1",)
-    assert relu1.attrs["inplace"] and relu1.attrs["relu"] and relu1.attrs["shift"] is not None
-    # the residual block: b.conv2's folded bias in the epilogue, b.down's added by its conv
-    add = ops[("epilogue", "b.relu2")]
-    assert add.inputs == ("b.conv2", "b.down") and add.attrs["residual"] == "b.down"
-    assert ops[("conv", "b.conv2")].attrs["bias"] is None and ops[("conv", "b.down")].attrs["bias"] is not None
+    # conv -> bn -> relu: the epilogue (folded bias, ReLU, zero count) moves into the conv; the relu's value
+    # is the conv's
+    conv1 = ops[("conv", "conv1")]
+    assert conv1.attrs["bias"] is None and ops[("alias", "relu1")].inputs == ("conv1",)
+    epi = conv1.attrs["epilogue"]
+    assert epi["relu"] and epi["shift"] is not None and epi["residual"] is None
+    assert epi["slot"] is None and "relu1" not in prog.slots   # relu1 is measured after its maxpool (pool1)
+    assert ("epilogue", "relu1") not in ops and ("epilogue", "c.relu") not in ops  # a conv's own bias too (c.conv)
+    # the residual block: fused into the conv produced last (b.down), which adds b.conv2's value; b.conv2
+    # keeps its folded bias (its kernel adds it)
+    down = ops[("conv", "b.down")]
+    assert ops[("alias", "b.relu2")].inputs == ("b.down",) and down.inputs == ("pool1", "b.conv2")
+    assert down.attrs["epilogue"]["residual"] == "b.conv2" and down.attrs["bias"] is None
+    assert down.attrs["epilogue"]["slot"] == prog.slots["b.relu2"]  # read by c.conv: its kernel counts the zeros
+    assert ops[("conv", "b.conv2")].attrs["bias"] is not None and "epilogue" not in ops[("conv", "b.conv2")].attrs
+    assert sum(1 for op in prog.ops if op.kind == "epilogue") == 2  # d.relu and relu5: batchnorms of no conv
     # pre-activation bn -> relu on a concat: a new tensor (the concat lives on), with the bn's scale
     pre = ops[("epilogue", "d.relu")]
     assert pre.inputs == ("cat",) and not pre.attrs["inplace"] and pre.attrs["scale"] is not None
     # convs sharing an input share its counter; every slot is counted exactly once
     assert prog.slots["pool1"] == prog.slots[ops[("conv", "b.down")].inputs[0]]
     counted = [op.attrs["slot"] for op in prog.ops if op.kind in ("count", "epilogue") and "slot" in op.attrs]
+    counted += [op.attrs["epilogue"]["slot"] for op in prog.ops if op.kind == "conv" and "epilogue" in op.attrs
+                and op.attrs["epilogue"]["slot"] is not None]
     assert sorted(counted) == sorted(prog.slots.values()) == list(range(len(prog.slots)))
     assert prog.conv_op("e.conv").inputs == ("cat",)
 
@@ -51,7 +60,7 @@ def test_folded_conv_equals_conv_then_batchnorm(tiny):
     x = torch.randn(2, 3, 20, 20, dtype=torch.float64)
     env = executor.reference(tiny, sd, x, keep_all=True)
     conv = prog.conv_op("conv1")
-    shift = next(op for op in prog.ops if op.name == "relu1").attrs["shift"]
+    shift = conv.attrs["epilogue"]["shift"]
     y = torch.nn.functional.conv2d(x, conv.attrs["weight"].double(), shift.double(), 1, 1)
     assert rel_err(y, env["bn1"]) < 1e-6
     assert conv.attrs["weight"].dtype == torch.float32

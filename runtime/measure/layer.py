@@ -1,15 +1,16 @@
 """`snn-run bench layers`: the sparse path of each distinct conv shape against cuDNN, timed per docs/bench.md.
 
 What is in each number (the same in the JSON, the plots and the summary):
-- `sparse`: every step the manifest lists for the layer's kernel (memset if any, the launch(es); the
-  dense->compact conversion is fused into the conv kernel). No bias, no ReLU.
+- `sparse`: every step the manifest lists for the layer's kernel (the dense->compact conversion is fused
+  into the conv kernel), with what the network runs after the conv: bias + ReLU + zero count, fused into
+  the kernel's store (a kernel that does not fuse it: one `snn_epilogue` launch after it).
 - `dense_fp32` / `dense_tf32` / `dense_fp16` / `dense_bf16`: one cuDNN convolution (`F.conv2d`, no bias),
   `cudnn.benchmark=True`, NHWC, in FP32 with TF32 off, TF32, and with weights and input cast to FP16 and
   BF16 (tensor cores); with `nchw`, also NCHW, and the best of the two formats is the baseline.
-- `epilogue`: the `snn_epilogue` launch that adds the bias and applies the ReLU in place on the conv
-  output (`epilogue_count`: the same, also counting zeros, which the sparse path needs). Both paths of
-  the executor run it after the conv, so it is reported apart and added to both sides where a
-  "with epilogue" number is shown.
+- `dense_fp32_nhwc_epilogue`: cuDNN FP32 NHWC and then that epilogue (one `snn_epilogue` launch in place):
+  the executor's dense path, which calibrate weighs against `sparse`.
+- `epilogue`: the `snn_epilogue` launch alone, bias + ReLU in place on the conv output (`epilogue_count`:
+  the same, also counting zeros).
 Timing: measure.timing (CUDA events, an L2 flush before each run, median of `reps` runs, rotating input
 sets). Inputs: measure.inputs (each layer's real pre-activation on photos, thresholded to the level).
 measure_layer and measure_epilogue time one layer; calibrate uses measure_layer too.
@@ -32,6 +33,8 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
                   check: bool = True, dense: bool = True, precisions=("fp32", "tf32")) -> dict:
     """Time the sparse kernel and cuDNN (in `precisions` of fp32, tf32, fp16, bf16; NHWC, and NCHW if asked;
     none if not `dense`) on the same input sets."""
+    from ..executor import Epilogue
+    from ..kernels import workspace
     from ..lower import to_layout
     torch = env.torch
     F = torch.nn.functional
@@ -39,8 +42,7 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
     B = sets[0].shape[0]
     kentry = cache.kernel(kernel)
     wk = to_layout(weight, kentry.get("weight_layout", "NCRS"))
-    ws = {k: torch.empty(max(1, int(v)), dtype=torch.uint8, device=env.device)
-          for k, v in (kentry.get("workspace") or {}).items()}
+    ws = workspace(torch, kentry.get("workspace"), env.device)
     out = torch.empty((B, shape.N, shape.P, shape.Q), device=env.device, memory_format=cl)
     rec: dict = {"kernel": kernel}
     if check:  # poisoned output, then sparse vs cuDNN FP32 on set 0: a wrong kernel is not timed silently
@@ -60,7 +62,25 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
         hosts[name] = dict(timer.last)  # host enqueue cost and the sleep that hid it
         env.set_tf32(False)
 
-    run("sparse", [lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape) for x in sets])
+    bias = torch.randn(shape.N, device=env.device) * 0.01
+    counters = torch.zeros(1, dtype=torch.int64, device=env.device)
+    epi = Epilogue(bias, None, True, counters, 0)
+    fused = bool(kentry.get("epilogue"))
+
+    def sparse(x):
+        backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape, epi if fused else None)
+        if not fused:
+            backend.epilogue(out, None, bias, None, out, counters, 0, True)
+
+    def dense_epilogue(x, w):
+        y = F.conv2d(x, w, None, shape.stride, shape.padding)
+        backend.epilogue(y, None, bias, None, y, counters, 0, True)
+
+    run("sparse", [lambda x=x: sparse(x) for x in sets])
+    if dense:
+        wcl, xs = weight.contiguous(memory_format=cl), [x.contiguous(memory_format=cl) for x in sets]
+        run("dense_fp32_nhwc_epilogue", [lambda x=x: dense_epilogue(x, wcl) for x in xs])
+        del xs
     for p in precisions if dense else ():
         dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(p, torch.float32)
         for fmt in ("nhwc", "nchw") if nchw else ("nhwc",):

@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 
 from snn.codegen import bundle  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
-from snn.runtime.kernels import CudaBackend  # noqa: E402
+from snn.runtime.kernels import CudaBackend, workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -66,7 +66,7 @@ def test_every_kernel_matches_float64(path):
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
         w32 = to_layout(w64.float(), k["weight_layout"])
         out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
-        ws = {n: torch.empty(nbytes, dtype=torch.uint8, device="cuda") for n, nbytes in k["workspace"].items()}
+        ws = workspace(torch, k["workspace"], "cuda")
         backend.sparse_conv(name, k, x32, w32, out, ws, None)
         torch.cuda.synchronize()
         ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
