@@ -34,13 +34,15 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     assert epi["relu"] and epi["shift"] is not None and epi["residual"] is None
     assert epi["slot"] is None and "relu1" not in prog.slots   # relu1 is measured after its maxpool (pool1)
     assert ("epilogue", "relu1") not in ops and ("epilogue", "c.relu") not in ops  # a conv's own bias too (c.conv)
-    # the residual block: fused into the conv produced last (b.down), which adds b.conv2's value; b.conv2
-    # keeps its folded bias (its kernel adds it)
-    down = ops[("conv", "b.down")]
-    assert ops[("alias", "b.relu2")].inputs == ("b.down",) and down.inputs == ("pool1", "b.conv2")
-    assert down.attrs["epilogue"]["residual"] == "b.conv2" and down.attrs["bias"] is None
-    assert down.attrs["epilogue"]["slot"] == prog.slots["b.relu2"]  # read by c.conv: its kernel counts the zeros
-    assert ops[("conv", "b.conv2")].attrs["bias"] is not None and "epilogue" not in ops[("conv", "b.conv2")].attrs
+    # the residual block: fused into the conv produced last (b.conv2; the spec's node order runs b.down first),
+    # which adds b.down's value; b.down keeps its folded bias (its kernel adds it)
+    names = [op.name for op in prog.ops]
+    assert names.index("b.down") < names.index("b.conv2")
+    main = ops[("conv", "b.conv2")]
+    assert ops[("alias", "b.relu2")].inputs == ("b.conv2",) and main.inputs == ("b.relu1", "b.down")
+    assert main.attrs["epilogue"]["residual"] == "b.down" and main.attrs["bias"] is None
+    assert main.attrs["epilogue"]["slot"] == prog.slots["b.relu2"]  # read by c.conv: its kernel counts the zeros
+    assert ops[("conv", "b.down")].attrs["bias"] is not None and "epilogue" not in ops[("conv", "b.down")].attrs
     assert sum(1 for op in prog.ops if op.kind == "epilogue") == 2  # d.relu and relu5: batchnorms of no conv
     # pre-activation bn -> relu on a concat: a new tensor (the concat lives on), with the bn's scale
     pre = ops[("epilogue", "d.relu")]

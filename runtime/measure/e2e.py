@@ -101,6 +101,8 @@ def _snn_run(env, net, sd_cpu, cache, sets, targets, graphs, reps, warmup, nv, B
     rec["mean_conv_input_sparsity"] = round(float(np.mean(sp)), 4) if sp else None
     rec["sparse_layers"] = sum(1 for r in trace if r["path"] == "sparse")
     rec["convs"] = len(trace)
+    if "activities_per_call" in rec.get("kernel_sum", {}):
+        rec["kernel_sum"]["activities_per_conv"] = round(rec["kernel_sum"]["activities_per_call"] / len(trace), 3)
     return rec
 
 

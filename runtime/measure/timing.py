@@ -256,9 +256,29 @@ def event_times_us(torch, fns, flush, reps: int, sync) -> tuple[list[float], dic
     return out, info
 
 
+def activity_kind(name: str) -> str:
+    """What a GPU activity of a forward pass is, from its name: snn's sparse convs (sconv_*), epilogues
+    and selectors, memsets and copies, cuDNN's convolutions, everything else (pooling, concat, classifier)."""
+    n = name.lower()
+    if n.startswith("sconv_"):
+        return "sparse conv"
+    if n.startswith("snn_epilogue"):
+        return "epilogue"
+    if n.startswith("snn_select"):
+        return "selector"
+    if "memset" in n:
+        return "memset"
+    if "memcpy" in n:
+        return "memcpy"
+    if any(t in n for t in ("conv", "xmma", "implicit", "cudnn", "gemm", "winograd", "fft")):
+        return "cuDNN conv / gemm"
+    return "other"
+
+
 def kernel_sum(torch, fn, iters: int = 5) -> dict:
     """GPU time of every kernel/memset/memcpy of one call of `fn`, from CUPTI through torch.profiler:
-    what the graph replay would take with no gaps between its nodes (bench e2e sets the two side by side)."""
+    what the graph replay would take with no gaps between its nodes (bench e2e sets the two side by side),
+    with the count and time of each activity_kind."""
     try:
         from torch.profiler import ProfilerActivity, profile
         fn()
@@ -267,11 +287,17 @@ def kernel_sum(torch, fn, iters: int = 5) -> dict:
             for _ in range(iters):
                 fn()
             torch.cuda.synchronize()
-        total, count = 0.0, 0
+        total, count, kinds = 0.0, 0, {}
         for e in prof.events():
             if str(getattr(e, "device_type", "")).endswith("CUDA"):
-                total += e.time_range.elapsed_us()
+                us = e.time_range.elapsed_us()
+                total += us
                 count += 1
-        return {"kernel_sum_ms": round(total / 1e3 / iters, 4), "activities_per_call": count / iters}
+                k = kinds.setdefault(activity_kind(e.name), [0, 0.0])
+                k[0] += 1
+                k[1] += us
+        return {"kernel_sum_ms": round(total / 1e3 / iters, 4), "activities_per_call": count / iters,
+                "by_kind": {k: {"per_call": n / iters, "ms": round(us / 1e3 / iters, 4)}
+                            for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}
     except Exception as e:  # profiler or CUPTI unavailable: say so
         return {"error": f"{type(e).__name__}: {str(e)[:200]}"}

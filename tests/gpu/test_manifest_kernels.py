@@ -1,6 +1,7 @@
 """Every kernel of every bundle built for this GPU (generated/<network>/<gpu>/manifest.json, or under
 $SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output
-poisoned with NaN first, relative error < 1e-5. Skips where no bundle was built (`snn-codegen build ...` first).
+poisoned with NaN first, relative error < 1e-5; a kernel that fuses its epilogue with it (bias, residual,
+ReLU, and its zero count exact), run twice on one workspace (a channel split must leave it zeroed). Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
@@ -17,6 +18,7 @@ if not torch.cuda.is_available():
 
 from snn.codegen import bundle  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
+from snn.runtime.executor import Epilogue  # noqa: E402
 from snn.runtime.kernels import CudaBackend, workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,24 +60,39 @@ def test_every_kernel_matches_float64(path):
     backend = CudaBackend(Device(), SimpleNamespace(epilogue=doc["epilogue"]))
     gen = torch.Generator(device="cuda").manual_seed(1234)
     results, worst = [], 0.0
-    for name, k in sorted(doc["kernels"].items()):
+    for i, (name, k) in enumerate(sorted(doc["kernels"].items())):
         s, b = k["shape"], k["batch"]
         sparsity = 0.4 + 0.55 * torch.rand((), generator=gen, device="cuda").item()
         x64 = relu_like((b, s["C"], s["H"], s["W"]), sparsity, gen)
         w64 = torch.randn((s["N"], s["C"], s["R"], s["S"]), generator=gen, dtype=torch.float64, device="cuda")
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
         w32 = to_layout(w64.float(), k["weight_layout"])
-        out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
-        ws = workspace(torch, k["workspace"], "cuda")
-        backend.sparse_conv(name, k, x32, w32, out, ws, None)
-        torch.cuda.synchronize()
         ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
                                          padding=tuple(s["padding"])).permute(0, 2, 3, 1)
-        assert not torch.isnan(out).any(), f"{name}: outputs left unwritten"
-        err = ((out.double() - ref).norm() / ref.norm()).item()
-        results.append({"kernel": name, "batch": b, "sparsity": round(sparsity, 3), "rel_err": err})
+        epi, form = None, "conv"
+        if k.get("epilogue"):  # its fused epilogue too, alternately bias + residual + ReLU and bias alone
+            bias = torch.randn(s["N"], generator=gen, device="cuda")
+            res = torch.randn(ref.shape, generator=gen, device="cuda") if i % 2 == 0 else None
+            counters = torch.zeros(1, dtype=torch.int64, device="cuda")
+            epi = Epilogue(bias, res, i % 2 == 0, counters, 0)
+            ref = ref + bias.double() + (res.double() if res is not None else 0)
+            ref = ref.clamp_min(0) if epi.relu else ref
+            form = "bias+residual+relu" if epi.relu else "bias"
+        ws = workspace(torch, k["workspace"], "cuda")
+        for rep in range(2):  # twice: a channel split's accumulator and tickets must be left zeroed
+            out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
+            if epi is not None:
+                epi.counters.zero_()
+            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi)
+            torch.cuda.synchronize()
+            assert not torch.isnan(out).any(), f"{name}: outputs left unwritten (run {rep + 1})"
+            err = ((out.double() - ref).norm() / ref.norm()).item()
+            assert err < 1e-5, f"{name} ({form}): relative error {err:.2e} at sparsity {sparsity:.2f} (run {rep + 1})"
+            if epi is not None:
+                nz = int((out == 0).sum())
+                assert int(epi.counters.item()) == nz, f"{name}: counted {int(epi.counters.item())} zeros, wrote {nz}"
+        results.append({"kernel": name, "batch": b, "sparsity": round(sparsity, 3), "epilogue": form, "rel_err": err})
         worst = max(worst, err)
-        assert err < 1e-5, f"{name}: relative error {err:.2e} at sparsity {sparsity:.2f}"
     if os.environ.get("SNN_RESULTS"):
         out_dir = Path(os.environ["SNN_RESULTS"])
         out_dir.mkdir(parents=True, exist_ok=True)

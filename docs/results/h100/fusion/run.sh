@@ -1,0 +1,30 @@
+#!/bin/bash
+# Where the batch-1 and batch-8 time of ResNet-152 and DenseNet-201 goes, before and after a change, in one run
+# on one H100: for each checkout, build (batch 1,8), calibrate on the photos (levels 0.4..0.9), then
+# breakdown.py per network and batch (trained-like profile, CUDA graph replay, CUPTI activities, float64 check);
+# table.py turns both into OUT/table.md.
+#   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
+# BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
+# SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
+set -uo pipefail
+out=${1:?usage: run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]}; photos=$(realpath "${2:?PHOTO_DIR}")
+before=$(realpath "${3:?BEFORE_TREE}"); shift 3
+nets=("$@"); [ ${#nets[@]} -eq 0 ] && nets=(resnet152 densenet201)
+out=$(realpath -m "$out"); mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../../.." && pwd)
+for side in before after; do
+  tree=$before; [ $side = after ] && tree=$after
+  (
+    cd "$tree" && . docs/results/h100/env.sh
+    [ $side = after ] && env_report > "$out/env.txt"
+    echo "== $side: $(SNN_GIT_COMMIT= git -C "$tree" rev-parse HEAD 2>/dev/null || cat "$tree/.commit" 2>/dev/null)"
+    for net in "${nets[@]}"; do
+      snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 2>&1 | tail -1
+      timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
+      for b in 1 8; do
+        python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
+      done
+    done
+  ) >> "$out/log.txt" 2>&1
+done
+(cd "$after" && . docs/results/h100/env.sh && python3 "$here/table.py" "$out") | tee -a "$out/log.txt"

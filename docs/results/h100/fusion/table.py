@@ -1,0 +1,43 @@
+"""OUT/table.md from run.sh's breakdown files: per network and batch, before and after, the graph replay time,
+GPU activities per conv, and the GPU time and count of each activity kind (measure.timing.activity_kind).
+    python3 docs/results/h100/fusion/table.py OUT"""
+import json
+import sys
+from pathlib import Path
+
+from snn.runtime.measure.timing import activity_kind
+
+out = Path(sys.argv[1])
+runs = {}
+for p in sorted(out.glob("*_b*.json")):
+    d = json.loads(p.read_text())
+    side = p.name.split("_")[0]
+    kinds = {}
+    for name, us in d["activities"]:
+        k = kinds.setdefault(activity_kind(name), [0, 0.0])
+        k[0] += 1
+        k[1] += us
+    n = d["iters"]
+    d["kinds"] = {k: (c / n, us / n / 1e3) for k, (c, us) in kinds.items()}
+    d["per_conv"] = len(d["activities"]) / n / d["convs"]
+    runs[(d["network"], d["batch"], side)] = d
+
+lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, trained-like profile)", "",
+         "ms per forward pass: graph replay (CUDA events, median of 50); per kind, the summed GPU time of its "
+         "activities in one replay (CUPTI) and their count. Activities per conv: every kernel, memset and copy "
+         "of a replay over the network's convs.", ""]
+kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
+head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
+       [f"{k} ms (n)" for k in kinds_all]
+lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before")):
+    cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{d['rel_err_vs_fp64']:.1e}"]
+    cells += [f"{d['kinds'][k][1]:.3f} ({d['kinds'][k][0]:.0f})" if k in d["kinds"] else "-" for k in kinds_all]
+    lines.append("| " + " | ".join(cells) + " |")
+lines.append("")
+for net, b in sorted({(k[0], k[1]) for k in runs}):
+    if (net, b, "before") in runs and (net, b, "after") in runs:
+        x, y = runs[(net, b, "before")]["replay_ms"], runs[(net, b, "after")]["replay_ms"]
+        lines.append(f"- {net} batch {b}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
+(out / "table.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
