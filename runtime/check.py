@@ -83,8 +83,8 @@ class KernelRunner:
                    form: int = 0) -> dict:
         """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
-        workspace (output poisoned each time): a channel split's tickets must have reset themselves, and the
-        result must be bit-identical (the slices are added in a fixed order)."""
+        workspace (output poisoned each time): a channel split must have left its accumulator and tickets
+        zeroed, or the second run is wrong."""
         from .executor import Epilogue
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
@@ -108,15 +108,14 @@ class KernelRunner:
             torch.cuda.synchronize()
             outs.append(out)
             counted.append(int(zeros.item()))
-        out = outs[0]
-        err, scale = float((out.double() - want).abs().max()), float(want.abs().max())
-        nan = int(torch.isnan(out).sum())
-        nz = int((out == 0).sum())
-        same = bool(torch.equal(outs[0], outs[1]))
-        ok = nan == 0 and err <= TOLERANCE * scale + TOLERANCE and counted == [nz, nz] and same
+        scale = float(want.abs().max())
+        errs = [float((o.double() - want).abs().max()) for o in outs]
+        nan = sum(int(torch.isnan(o).sum()) for o in outs)
+        nz = [int((o == 0).sum()) for o in outs]
+        ok = nan == 0 and max(errs) <= TOLERANCE * scale + TOLERANCE and counted == nz
         return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias,
-                "residual": residual, "relu": relu, "max_abs_err": err, "max_abs_ref": scale, "nan": nan,
-                "zeros": counted, "zeros_expected": nz, "repeat_identical": same, "ok": ok}
+                "residual": residual, "relu": relu, "max_abs_err": max(errs), "max_abs_ref": scale, "nan": nan,
+                "zeros": counted, "zeros_expected": nz, "ok": ok}
 
     def check_convs(self, cases, seed: int = 0) -> list[dict]:
         """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each."""

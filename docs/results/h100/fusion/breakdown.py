@@ -31,11 +31,12 @@ pool = pool.to(env.device)
 profile = resolve_profile("trained", net)
 with torch.no_grad():
     sd_p, report = apply_profile(net, sd, pool, profile)
+    sd_p = {k: v.detach().cpu() for k, v in sd_p.items()}
     x = pool[:batch].contiguous()
     ex = Executor(net, sd_p, env.backend(caches[batch]), caches[batch], str(env.device), "auto")
     runner = GraphRunner(ex, Device())
     y = runner(x)
-    ref = reference(net, {k: v.cpu() for k, v in sd_p.items()}, x.double().cpu(), dtype=torch.float64)
+    ref = reference(net, sd_p, x.double().cpu(), dtype=torch.float64)
     rel_err = float(((y.double().cpu() - ref).norm() / ref.norm()).item())
     trace = ex.last_trace
     replay = runner.replayer(x)

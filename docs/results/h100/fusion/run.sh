@@ -5,6 +5,7 @@
 # table.py turns both into OUT/table.md.
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
+# A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
 set -uo pipefail
 out=${1:?usage: run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]}; photos=$(realpath "${2:?PHOTO_DIR}")
@@ -17,7 +18,9 @@ for side in before after; do
   (
     cd "$tree" && . docs/results/h100/env.sh
     [ $side = after ] && env_report > "$out/env.txt"
-    echo "== $side: $(SNN_GIT_COMMIT= git -C "$tree" rev-parse HEAD 2>/dev/null || cat "$tree/.commit" 2>/dev/null)"
+    commit=$(cat "$tree/.commit" 2>/dev/null || git -C "$tree" rev-parse HEAD 2>/dev/null)
+    [ $side = after ] && commit=${SNN_GIT_COMMIT:-$commit}
+    echo "== $side: commit $commit"
     for net in "${nets[@]}"; do
       snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 2>&1 | tail -1
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
