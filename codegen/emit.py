@@ -2,8 +2,8 @@
 
 - `render_sparse`: the sparse convolution (dense NHWC input compacted in shared memory inside the
   conv kernel itself: no separate conversion pass), its epilogue (bias, residual, ReLU, zero count) fused
-  into the store, one launch even with a channel split; configs with wh*ww > 1 go to `render_sparse_ws`,
-  the warp-tiled variant (several register tiles a block).
+  into the store where one block owns all input channels (one launch a conv); configs with wh*ww > 1 go to
+  `render_sparse_ws`, the warp-tiled variant (several register tiles a block).
 - `render_epilogue`: scale/shift (+ residual) + ReLU + zero counter, for what no conv kernel fuses (the
   cuDNN path, pre-activation batchnorms).
 - `render_selector`: the device-side dense/sparse selector.
@@ -146,24 +146,23 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig) -> Emitted
     src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels,
                                                            hoist=hoist_default(shape, batch, config),
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
-    return _kernel(name, src, shape, batch, g, [config.threads, 1, 1])
+    return _kernel(name, src, g, batch, [config.threads, 1, 1])
 
 
-# The launch arguments of a conv kernel with its epilogue fused (templates/_epilogue.cu.j2); the runtime passes
-# null for an absent bias, residual or counter, and 0 or 1 for relu.
-CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu", "partial", "tickets"]
+# The launch arguments of a conv kernel (templates/_epilogue.cu.j2); the runtime passes null for an absent
+# bias, residual or counter, and 0 or 1 for relu.
+CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
-def _kernel(name: str, src: str, shape: ConvShape, batch: int, g: dict, block: list[int]) -> EmittedKernel:
-    """One launch; with a channel split, the workspace its blocks meet in: an accumulator the size of the
-    output and a ticket per output tile (zeroed once by the runtime, left zeroed by the kernel itself)."""
-    workspace = {}
-    if g["TILES_C"] > 1:
-        tiles = batch * g["TILES_H"] * g["TILES_W"] * g["TILES_N"]
-        workspace = {"partial": 4 * batch * shape.P * shape.Q * shape.N, "tickets": 4 * tiles}
-    step = {"op": "launch", "function": name, "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-            "block": block, "smem": g["SMEM"], "args": list(CONV_ARGS)}
-    return EmittedKernel(name, src, [step], workspace, "CRSN", epilogue=True)
+def _kernel(name: str, src: str, g: dict, batch: int, block: list[int]) -> EmittedKernel:
+    """One launch that applies the conv's epilogue itself; with a channel split (several blocks add into one
+    output) a memset of the output first, and the epilogue left to the runtime (epilogue=False)."""
+    split = g["TILES_C"] > 1
+    steps = [{"op": "memset", "buffer": "output"}] if split else []
+    steps.append({"op": "launch", "function": name,
+                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+                  "block": block, "smem": g["SMEM"], "args": list(CONV_ARGS)})
+    return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split)
 
 
 def render_epilogue() -> tuple[str, str]:
@@ -222,4 +221,4 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig) -> Emit
     pixels = [(p, ((p // iw) * biw + p % iw) * xstr, p // 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, shape_tag=shape.tag(),
                                                               cfg_tag=config.tag())
-    return _kernel(name, src, shape, batch, g, [config.threads, g["WARPS"], 1])
+    return _kernel(name, src, g, batch, [config.threads, g["WARPS"], 1])

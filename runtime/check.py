@@ -73,18 +73,23 @@ class KernelRunner:
 
     def run(self, kernel: EmittedKernel, x, w, out, epi=None) -> None:
         """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
-        goes into a kernel that fuses it. The kernel's workspace is made (zeroed) on its first run."""
+        goes into a kernel that fuses it, else into one epilogue launch after it. The kernel's workspace is
+        made (zeroed) on its first run."""
         entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps}
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
-        self.backend.sparse_conv(kernel.name, entry, x, w, out, self._ws[kernel.name], None, epi)
+        self.backend.sparse_conv(kernel.name, entry, x, w, out, self._ws[kernel.name], None,
+                                 epi if kernel.epilogue else None)
+        if epi is not None and not kernel.epilogue:  # the epilogue reads NCHW-shaped (channels_last) tensors
+            o, r = out.permute(0, 3, 1, 2), None if epi.residual is None else epi.residual.permute(0, 3, 1, 2)
+            self.backend.epilogue(o, None, epi.bias, r, o, epi.counters, epi.slot, epi.relu)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
                    form: int = 0) -> dict:
         """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
-        workspace (output poisoned each time): a channel split must have left its accumulator and tickets
-        zeroed, or the second run is wrong."""
+        workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
+        epilogue as the executor gives it: one snn_epilogue launch after the kernel."""
         from .executor import Epilogue
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)

@@ -16,14 +16,12 @@ EPILOGUE_BLOCK = 256
 _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 
-# launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent) and
-# the channel split's workspace (null for a kernel without one)
-OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "partial", "tickets")
+# launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
+OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu")
 
 
 def workspace(torch, sizes: dict | None, device) -> dict:
-    """A kernel's workspace buffers ({name: bytes} from its manifest entry), zeroed: a channel split's tickets
-    must start at 0 (the kernel resets them itself after each launch)."""
+    """A kernel's workspace buffers ({name: bytes} from its manifest entry), zeroed."""
     return {k: torch.zeros(max(1, int(v)), dtype=torch.uint8, device=device) for k, v in (sizes or {}).items()}
 
 
@@ -68,7 +66,7 @@ class CudaBackend:
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
-        vals = {"bias": 0, "residual": 0, "zeros": 0, "partial": 0, "tickets": 0, "relu": 0}
+        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0}
         if epi is not None:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
                         zeros=epi.counters.data_ptr() + 8 * epi.slot if epi.counters is not None else 0)

@@ -17,28 +17,27 @@ S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 def test_render_sparse_contract():
     cfg = KernelConfig(7, 7, 32, 64, 2)
     k = emit.render_sparse(S3, 1, cfg)
-    assert k.name == cfg.name(S3, 1) and k.weight_layout == "CRSN" and k.epilogue
+    assert k.name == cfg.name(S3, 1) and k.weight_layout == "CRSN" and k.workspace == {}
     sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
     assert sig, "kernel must be extern C with the config name"
     params = [" ".join(p.split()) for p in sig.group(1).split(",")]
-    assert len(params) == len(emit.CONV_ARGS) == 9  # sizes are constants: pointers, and the relu flag
+    assert len(params) == len(emit.CONV_ARGS) == 7  # sizes are constants: pointers, and the relu flag
     assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS
-    assert params[6] == "int relu" and all("*" in p for i, p in enumerate(params) if i != 6)
-    # 256 channels in tiles of 32: partial sums meet in atomics on the workspace accumulator (one output's
-    # worth, left zeroed by the kernel), the last block of each output tile (a ticket each) runs the epilogue
-    assert k.workspace == {"partial": 4 * 14 * 14 * 256, "tickets": 4 * 4 * 2}
-    [launch] = k.steps   # one launch: no memset, no separate epilogue
+    assert params[6] == "int relu" and all("*" in p for p in params[:6])
+    # 256 channels in tiles of 32: partial sums meet in atomics on a zeroed output; the runtime runs the epilogue
+    assert k.steps[0] == {"op": "memset", "buffer": "output"} and not k.epilogue
+    launch = k.steps[1]
     assert launch["function"] == k.name and launch["args"] == emit.CONV_ARGS
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
-    assert "atomicAdd(reinterpret_cast<float2*>(partial + e), o);" in k.source and "#define NPIX 81" in k.source
-    assert "== 7u;" in k.source and "__stcg(reinterpret_cast<float2*>(partial + e), make_float2(0.f, 0.f));" in k.source
+    assert "atomicAdd(reinterpret_cast<float2*>(output + e), o);" in k.source and "#define NPIX 81" in k.source
+    assert "if (relu)" not in k.source
 
 
 def test_one_channel_tile_stores_directly_with_its_epilogue():
     k = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 2))
-    assert [s["op"] for s in k.steps] == ["launch"] and k.workspace == {}
+    assert [s["op"] for s in k.steps] == ["launch"] and k.workspace == {} and k.epilogue
     assert k.steps[0]["grid"] == [4 * 2, 1, 8]
-    assert "atomicAdd(reinterpret_cast" not in k.source and "tickets +" not in k.source
+    assert "atomicAdd(reinterpret_cast" not in k.source and "if (relu) o = snn_relu(o);" in k.source
     assert "*reinterpret_cast<float2*>(output + e) = o;" in k.source  # nt 2: vector stores (vec)
     assert "if (residual) o = snn_add(o, *reinterpret_cast<const float2*>(residual + e));" in k.source
     assert "b0[k] = bias != nullptr && n < N ? bias[n] : 0.f;" in k.source   # the accumulators start at the bias

@@ -22,7 +22,7 @@ def test_vec_eligibility_and_name():
     k = emit.render_sparse(S3, 8, cfg)                                                       # vec where eligible
     assert k.name == cfg.name(S3, 8)
     assert "snn_cp16(wmine + ((slot * RS + rs) * 1 + 0) * THREADS * 4" in k.source
-    assert "atomicAdd(reinterpret_cast<float4*>(partial + e), o);" in k.source    # tc 32 < C: vector atomics
+    assert "atomicAdd(reinterpret_cast<float4*>(output + e), o);" in k.source     # tc 32 < C: vector atomics
     whole = emit.render_sparse(S3, 8, KernelConfig(4, 8, 128, 64, 2))
     assert "snn_cp8(" in whole.source and "*reinterpret_cast<float2*>(output + e) = o;" in whole.source
     assert "atomicAdd(reinterpret_cast" not in whole.source

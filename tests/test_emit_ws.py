@@ -35,15 +35,15 @@ def test_render_dispatches_and_launch_matches_rules():
     k = emit.render_sparse(S14, 32, cfg)
     assert k.name == cfg.name(S14, 32) and k.source == emit.render_sparse_ws(S14, 32, cfg).source
     r = kernel_rules.ws_params(S14, cfg)
-    assert set(k.workspace) == {"partial", "tickets"} and len(k.steps) == 1         # tc 64 < C: atomics, tickets
-    assert k.steps[0]["block"] == [32, 4, 1] and k.steps[0]["grid"] == [4, 8, 32] and k.steps[0]["smem"] == r["SMEM"]
-    assert "if (tid == 0) {" in k.source and "atomicAdd(reinterpret_cast<float4*>(partial + e), o);" in k.source
+    assert k.steps[0] == {"op": "memset", "buffer": "output"} and not k.epilogue   # tc 64 < C: atomics
+    assert k.steps[1]["block"] == [32, 4, 1] and k.steps[1]["grid"] == [4, 8, 32] and k.steps[1]["smem"] == r["SMEM"]
+    assert "atomicAdd(reinterpret_cast<float4*>(output + e), o);" in k.source
     assert f"#define KC {r['KC']}" in k.source and f"__launch_bounds__(NTHR, {r['MINB']})" in k.source
     assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM
     assert estimate_resources(S14, cfg) == (min(64 + 36 + REG_BASE, 128), r["SMEM"])
     whole = emit.render_sparse(S14, 8, KernelConfig(4, 4, 256, 32, 4, 2, 4))
     assert len(whole.steps) == 1 and "*reinterpret_cast<float4*>(output + e) = o;" in whole.source
-    assert "atomicAdd(reinterpret_cast" not in whole.source and whole.workspace == {}
+    assert "atomicAdd(reinterpret_cast" not in whole.source and whole.epilogue
 
 
 def test_ragged_shapes_get_their_guards():

@@ -57,10 +57,9 @@ def test_stage3_snn_waves_tail_and_terms():
     assert e["latency_bound"] == (lat >= 9 * ins / 4)
     assert e["compute_us"] == pytest.approx((wave(9) + wave(3)) * 1e6)
     assert e["kernel_us"] >= max(e["compute_us"], e["memory_us"]) - 1e-9
-    # the split's fix-up (tc 16 < C 64): its fixed part + the accumulator read and zeroed, 2x 2*56*56*128*4 B at
-    # L2 speed; and the fixed cost
-    split = k["split_us"] + 2 * 2 * 56 * 56 * 128 * 4 / (H100.l2_bandwidth_gbs * 1e9) * 1e6
-    assert e["fixed_us"] == pytest.approx(k["fixed_us"] + split)
+    # memset (tc 16 < C 64): its launch + 2*56*56*128*4 B at DRAM speed; and the fixed cost
+    memset = k["memset_us"] + 2 * 56 * 56 * 128 * 4 / (H100.dram_bandwidth_gbs * 1e9) * 1e6
+    assert e["fixed_us"] == pytest.approx(k["fixed_us"] + memset)
     assert e["predicted_us"] == pytest.approx(e["kernel_us"] + e["fixed_us"])
     # more bandwidth or more clock never makes it slower
     import dataclasses

@@ -4,7 +4,7 @@ A block walks its tc channels one after the other; a channel costs its serial la
 wait, taps, mask loop, FMAs: fixed + per in-tile pixel tested + per FMA) plus its share of the SM's issue
 slots when k blocks run side by side (the sum, not the longer: Nsight Compute profiles show neither hidden
 behind the other). Waves of SMs x blocks per SM, the last one timed on its own; memory time per wave from L2
-/ DRAM traffic as a floor; the write-back (epilogue fused), a fixed cost and a channel split's fix-up. Its constants (SNN_FIT) are
+/ DRAM traffic as a floor; the write-back (epilogue fused where tc = C), a fixed cost and the memset of a split. Its constants (SNN_FIT) are
 fitted to H100 measurements by tools/fit_costmodel.py (docs/costmodel.md, "Stage 3" and "Fitted to H100
 measurements").
 """
@@ -22,8 +22,7 @@ WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-
 # cycles are per channel a block walks unless said otherwise, so they scale with the GPU's clock.
 SNN_FIT = {
     "fixed_us": 4.788,     # launch + first fill + write-back of a kernel on cold L2, once per layer
-    "split_us": 1.0,       # a channel split's fix-up (tc < C): fence, ticket, the last block's L2 round trip
-                           # (assumed, not fitted: it replaced a 4.25 us memset launch), + its bytes
+    "memset_us": 4.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
     "ch_cyc": 173.8,       # serial latency of one channel for the block's warps (wait, taps, mask)
     "pix_cyc": 12.61,      # + per in-tile pixel tested by the mask loop
     "fma_cyc": 5.544,      # + per FMA a thread issues
@@ -73,9 +72,9 @@ def time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: 
     t_full = np.maximum(wave(bps), blk_wave * m_blk)
     t_tail = np.where(tail > 0, np.maximum(wave(k_tail), tail * m_blk), 0.0)
     kernel_us = (full * t_full + t_tail) * 1e6
-    # a channel split: the last block of each output tile reads the accumulator and zeroes it (L2 speed)
-    split_us = k_["split_us"] + 2 * tr["out_bytes"] / (gpu.l2_bandwidth_gbs * 1e9) * 1e6
-    fixed_us = k_["fixed_us"] + np.where(tab["tiles_c"][idx] > 1, split_us, 0.0)
+    # the memset: a launch, and the output's bytes at DRAM speed
+    memset_us = k_["memset_us"] + tr["out_bytes"] / (gpu.dram_bandwidth_gbs * 1e9) * 1e6
+    fixed_us = k_["fixed_us"] + np.where(tab["tiles_c"][idx] > 1, memset_us, 0.0)
     return {"predicted_us": kernel_us + fixed_us,
             "kernel_us": kernel_us, "fixed_us": fixed_us,
             "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
