@@ -2,7 +2,8 @@
 # Where the batch-1 and batch-8 time of ResNet-152 and DenseNet-201 goes, before and after a change, in one run
 # on one H100: for each checkout, build (batch 1,8), calibrate on the photos (levels 0.4..0.9), then
 # breakdown.py per network and batch (trained-like profile, CUDA graph replay, CUPTI activities, float64 check);
-# table.py turns both into OUT/table.md.
+# table.py turns both into OUT/table.md. The after side first checks its kernels against float64
+# (tests/gpu/test_kernels.py, test_manifest_kernels.py: OUT/kernel_checks.log).
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
@@ -17,7 +18,12 @@ for side in before after; do
   tree=$before; [ $side = after ] && tree=$after
   (
     cd "$tree" && . docs/results/h100/env.sh
-    [ $side = after ] && env_report > "$out/env.txt"
+    if [ $side = after ]; then  # the kernels as built, and as rendered, against float64
+      env_report > "$out/env.txt"
+      for net in "${nets[@]}"; do snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 > /dev/null 2>&1; done
+      timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py tests/gpu/test_manifest_kernels.py \
+        2>&1 | tail -3 > "$out/kernel_checks.log"
+    fi
     commit=$(cat "$tree/.commit" 2>/dev/null || git -C "$tree" rev-parse HEAD 2>/dev/null)
     [ $side = after ] && commit=${SNN_GIT_COMMIT:-$commit}
     echo "== $side: commit $commit"
