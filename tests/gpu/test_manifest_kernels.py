@@ -1,7 +1,7 @@
 """Every kernel of every bundle built for this GPU (generated/<network>/<gpu>/manifest.json, or under
 $SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output
 poisoned with NaN first, relative error < 1e-5; a kernel that fuses its epilogue with it (bias, residual,
-ReLU, and its zero count exact), run twice on one workspace (a channel split must leave it zeroed). Skips where no bundle was built (`snn-codegen build ...` first).
+ReLU, and its zero count exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
@@ -79,7 +79,7 @@ def test_every_kernel_matches_float64(path):
             ref = ref.clamp_min(0) if epi.relu else ref
             form = "bias+residual+relu" if epi.relu else "bias"
         ws = workspace(torch, k["workspace"], "cuda")
-        for rep in range(2):  # twice: a channel split's accumulator and tickets must be left zeroed
+        for rep in range(2):  # twice on one workspace: a kernel must leave nothing behind that the next run reads
             out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
             if epi is not None:
                 epi.counters.zero_()
