@@ -75,14 +75,11 @@ class KernelRunner:
         """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
         goes into a kernel that fuses it, else into one epilogue launch after it. The kernel's workspace is
         made (zeroed) on its first run."""
-        entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps}
+        entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": kernel.epilogue}
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
-        self.backend.sparse_conv(kernel.name, entry, x, w, out, self._ws[kernel.name], None,
-                                 epi if kernel.epilogue else None)
-        if epi is not None and not kernel.epilogue:  # the epilogue reads NCHW-shaped (channels_last) tensors
-            o, r = out.permute(0, 3, 1, 2), None if epi.residual is None else epi.residual.permute(0, 3, 1, 2)
-            self.backend.epilogue(o, None, epi.bias, r, o, epi.counters, epi.slot, epi.relu)
+        # NHWC out as the NCHW-shaped (channels_last) view an epilogue launch reads its channels from
+        self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
                    form: int = 0) -> dict:

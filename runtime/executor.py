@@ -8,8 +8,8 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi) a manifest kernel's steps; epi (an
-                                     Epilogue, or None) goes into the launch of a kernel that fuses it
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi) a manifest kernel's steps, then its
+                                     Epilogue (or None): fused into the launch where the kernel can
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
 
 The capture hook: runtime/graph.py records forward() into a CUDA graph through these members of
@@ -185,11 +185,8 @@ class Executor:
         (one snn_epilogue launch after the steps where the kernel does not fuse it)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
-        fused = bool(kentry.get("epilogue"))
         self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                 self.convs[op.name].shape, epi if fused else None)
-        if not fused and not epi.empty:
-            self.backend.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
+                                 self.convs[op.name].shape, epi)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call)."""

@@ -2,8 +2,9 @@
 
 - epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu)` (docs/interfaces.md),
   1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
-- sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; a
-  kernel that fuses its epilogue (emit.CONV_ARGS) gets the bias, residual, counter and relu flag too.
+- sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; the
+  conv's epilogue (executor.Epilogue) goes into the launch of a kernel that fuses it (emit.CONV_ARGS),
+  else into one snn_epilogue launch after the steps (`out` then NCHW-shaped, as every epilogue's tensors).
 """
 from __future__ import annotations
 
@@ -67,7 +68,8 @@ class CudaBackend:
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
         vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0}
-        if epi is not None:
+        fused = bool(kentry.get("epilogue"))
+        if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
                         zeros=epi.counters.data_ptr() + 8 * epi.slot if epi.counters is not None else 0)
         for i, step in enumerate(kentry["steps"]):
@@ -91,3 +93,5 @@ class CudaBackend:
                                 int(step.get("smem", 0)), args)
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
+        if epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
+            self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)

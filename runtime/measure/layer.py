@@ -65,18 +65,12 @@ def measure_layer(env: Env, timer: Timer, backend, cache, kernel: str, shape, we
     bias = torch.randn(shape.N, device=env.device) * 0.01
     counters = torch.zeros(1, dtype=torch.int64, device=env.device)
     epi = Epilogue(bias, None, True, counters, 0)
-    fused = bool(kentry.get("epilogue"))
-
-    def sparse(x):
-        backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape, epi if fused else None)
-        if not fused:
-            backend.epilogue(out, None, bias, None, out, counters, 0, True)
 
     def dense_epilogue(x, w):
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
         backend.epilogue(y, None, bias, None, y, counters, 0, True)
 
-    run("sparse", [lambda x=x: sparse(x) for x in sets])
+    run("sparse", [lambda x=x: backend.sparse_conv(kernel, kentry, x, wk, out, ws, shape, epi) for x in sets])
     if dense:
         wcl, xs = weight.contiguous(memory_format=cl), [x.contiguous(memory_format=cl) for x in sets]
         run("dense_fp32_nhwc_epilogue", [lambda x=x: dense_epilogue(x, wcl) for x in xs])

@@ -4,8 +4,8 @@
     python3 breakdown.py NET BATCH PHOTO_DIR OUT.json
 
 - replay: CUDA events around graph.replay(), median of 50 after 5 warm-ups (measure.timing.event_median_s);
-- every GPU activity of 5 replays (CUPTI through torch.profiler), raw: name and duration; table.py groups
-  them by kind (measure.timing.activity_kind) and counts kernels per conv;
+- every GPU activity of 5 replays (CUPTI through torch.profiler), per name: count and total duration;
+  table.py groups them by kind (measure.timing.activity_kind) and counts kernels per conv;
 - rel_err of the graph's logits against the spec interpreted in float64 on the CPU, same weights and images.
 Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the network's trained-like profile.
 """
@@ -47,13 +47,18 @@ with torch.no_grad():
         for _ in range(iters):
             replay()
         torch.cuda.synchronize()
-    acts = [[e.name, round(e.time_range.elapsed_us(), 3)] for e in prof.events()
-            if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    acts = {}  # name -> [count, total us] over the iters
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            a = acts.setdefault(e.name, [0, 0.0])
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(acts.items())]
 doc = {"network": net.name, "batch": batch, "profile": profile.name, "convs": len(trace),
        "sparse_layers": sum(1 for t in trace if t.path == "sparse"), "replay_ms": round(replay_ms, 4),
        "rel_err_vs_fp64": rel_err, "iters": iters, "activities": acts,
        "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace}}
 with open(out_path, "w") as f:
     json.dump(doc, f)
-print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {len(acts) / iters:.0f} activities a replay for "
+print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {sum(a[1] for a in acts) / iters:.0f} activities a replay for "
       f"{len(trace)} convs ({doc['sparse_layers']} sparse), rel_err vs fp64 {rel_err:.1e}")

@@ -13,13 +13,13 @@ for p in sorted(out.glob("*_b*.json")):
     d = json.loads(p.read_text())
     side = p.name.split("_")[0]
     kinds = {}
-    for name, us in d["activities"]:
+    for name, count, us in d["activities"]:
         k = kinds.setdefault(activity_kind(name), [0, 0.0])
-        k[0] += 1
+        k[0] += count
         k[1] += us
     n = d["iters"]
     d["kinds"] = {k: (c / n, us / n / 1e3) for k, (c, us) in kinds.items()}
-    d["per_conv"] = len(d["activities"]) / n / d["convs"]
+    d["per_conv"] = sum(a[1] for a in d["activities"]) / n / d["convs"]
     runs[(d["network"], d["batch"], side)] = d
 
 lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, trained-like profile)", "",
