@@ -19,6 +19,9 @@ class KernelConfig:
     wh, ww   warp-tiled kernel when wh*ww > 1 (sparse_conv_ws.cu.j2): a block of wh x ww warps of `threads`
              (32) threads, each with its own th x tw register tile of one (wh*th) x (ww*tw) block tile,
              sharing the block's staged input and weights
+    cluster  a channel split (tc < C) whose tiles_c blocks form one thread-block cluster and sum their
+             partial tiles in distributed shared memory, the epilogue fused (kernel_rules.cluster_split;
+             sm_90+); otherwise a split adds into a zeroed output with atomics
     """
     th: int
     tw: int
@@ -27,6 +30,7 @@ class KernelConfig:
     nt: int = 1
     wh: int = 1
     ww: int = 1
+    cluster: bool = False
 
     @property
     def warp_tiled(self) -> bool:
@@ -34,7 +38,8 @@ class KernelConfig:
 
     def tag(self) -> str:
         base = f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
-        return f"{base}_w{self.wh}x{self.ww}" if self.warp_tiled else base
+        base = f"{base}_w{self.wh}x{self.ww}" if self.warp_tiled else base
+        return f"{base}_cl" if self.cluster else base
 
     def name(self, shape: ConvShape, batch: int) -> str:
         """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
@@ -44,6 +49,8 @@ class KernelConfig:
         d = asdict(self)
         if not self.warp_tiled:  # the classic kernel's dict as it always was
             del d["wh"], d["ww"]
+        if not self.cluster:
+            del d["cluster"]
         return d
 
     def block_threads(self) -> int:
@@ -70,4 +77,4 @@ class KernelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
         return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")},
-                   wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)))
+                   wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)), cluster=bool(d.get("cluster", False)))

@@ -24,7 +24,7 @@ import jinja2
 
 from .config import KernelConfig
 # register_cap: re-exported with the rules the emitter renders with (tests check the cost model against them here)
-from .kernel_rules import (WS_MAX_WORDS, WS_SMEM_LIMIT, chunk_channels, min_blocks,  # noqa: F401
+from .kernel_rules import (CLUSTER_MAX, WS_MAX_WORDS, WS_SMEM_LIMIT, chunk_channels, cluster_split, cluster_stage_floats, min_blocks,  # noqa: F401
                            register_cap, weight_ring_depth, ws_eligible, ws_params)
 from .spec import ConvShape
 
@@ -95,10 +95,24 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=chunk_channels(shape, cfg), IH=ih,
                 IW=iw, NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
-                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0)
+                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
+                **cluster_geometry(shape, cfg))
+
+
+def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
+    """CLUSTER: blocks of a cluster's channel split (0: none); CL_PIX: block-tile pixels each round of its sum
+    passes through shared memory (kernel_rules.cluster_rounds)."""
+    if not cfg.cluster:
+        return {"CLUSTER": 0, "CL_PIX": 0}
+    pixels = cfg.th * cfg.wh * cfg.tw * cfg.ww
+    return {"CLUSTER": math.ceil(shape.C / cfg.tc),
+            "CL_PIX": min(pixels, cluster_stage_floats(shape, cfg) // (cfg.threads * cfg.nt))}
 
 
 def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
+    if cfg.cluster and not cluster_split(shape, cfg):
+        raise ValueError(f"{cfg.tag()}: no cluster reduction for {shape.tag()} (it needs 1 < tiles_c <= {CLUSTER_MAX} "
+                         f"and the partial tile within the staging's shared memory)")
     if cfg.threads % 32 or not 32 <= cfg.block_threads() <= 1024 or min(cfg.wh, cfg.ww) < 1:
         raise ValueError(f"{cfg.tag()}: threads must be a multiple of 32 in [32, 1024]")
     if min(cfg.th, cfg.tw, cfg.tc, cfg.nt) < 1:
@@ -155,9 +169,10 @@ CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
 def _kernel(name: str, src: str, g: dict, batch: int, block: list[int]) -> EmittedKernel:
-    """One launch that applies the conv's epilogue itself; with a channel split (several blocks add into one
-    output) a memset of the output first, and the epilogue left to the runtime (epilogue=False)."""
-    split = g["TILES_C"] > 1
+    """One launch that applies the conv's epilogue itself (a cluster's split too: its grid's clusters are
+    compiled in, __cluster_dims__); with a channel split that adds with atomics a memset of the output
+    first, and the epilogue left to the runtime (epilogue=False)."""
+    split = g["TILES_C"] > 1 and not g["CLUSTER"]
     steps = [{"op": "memset", "buffer": "output"}] if split else []
     steps.append({"op": "launch", "function": name,
                   "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
@@ -198,7 +213,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb,
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
-                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"],
+                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 

@@ -58,6 +58,11 @@ class GPU:
         """comp_thr of the paper: FMA = 2 flops on every FP32 lane every boost clock."""
         return 2.0 * self.fp32_lanes_per_sm * self.sms * self.boost_clock_mhz * 1e6
 
+    @property
+    def clusters(self) -> bool:
+        """Thread-block clusters and distributed shared memory (sm_90+): a channel split reduces on chip."""
+        return tuple(self.compute_capability) >= (9, 0)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["compute_capability"] = list(self.compute_capability)

@@ -73,6 +73,43 @@ def chunk_channels(shape: ConvShape, cfg: KernelConfig, budget: int = STATIC_SME
     raise ValueError(f"{cfg.tag()}: in-tile {ih}x{iw} and weight ring too large for shared memory")
 
 
+# ---------------------------------------------------------------- the channel split's cluster reduction
+
+CLUSTER_MAX = 8      # blocks of one thread-block cluster: the portable limit (sm_90+)
+CLUSTER_ROUNDS = 4   # the partial tile passes through the staging's shared memory in at most this many rounds
+
+
+def cluster_rounds(pixels, nb, stage_floats):
+    """Rounds of the cluster's sum: the block's partial tile (pixels x nb floats) passes through the shared
+    memory its staging already takes (stage_floats), whole pixels at a time, so resources and occupancy stay
+    as they are. Plain arithmetic over scalars or arrays; a huge number where not one pixel fits."""
+    per = stage_floats // nb
+    return (-(-pixels // (per + (per == 0)))) + (per == 0) * 10**6
+
+
+def cluster_fits(tiles_c, pixels, nb, stage_floats):
+    """Whether a channel split reduces through a thread-block cluster (its blocks sum their partial tiles
+    through distributed shared memory, the last step fused with the epilogue; no memset, no atomics, no
+    epilogue launch): 1 < tiles_c <= CLUSTER_MAX, in at most CLUSTER_ROUNDS rounds. The GPU must have
+    clusters (GPU.clusters)."""
+    return (tiles_c > 1) & (tiles_c <= CLUSTER_MAX) & (cluster_rounds(pixels, nb, stage_floats) <= CLUSTER_ROUNDS)
+
+
+def cluster_stage_floats(shape: ConvShape, cfg: KernelConfig) -> int:
+    """The floats of shared memory a config's partial tile may reuse: the classic kernel's weight ring and
+    input tile (one array when it clusters), the warp-tiled kernel's two stages."""
+    if cfg.warp_tiled:
+        return ws_params(shape, cfg)["SMEM"] // 4
+    ih, iw = cfg.in_tile(shape)
+    return ih * iw * chunk_channels(shape, cfg) + weight_ring_depth(shape, cfg) * shape.R * shape.S * cfg.threads * cfg.nt
+
+
+def cluster_split(shape: ConvShape, cfg: KernelConfig) -> bool:
+    """cluster_fits for one config of either family."""
+    return bool(cluster_fits(math.ceil(shape.C / cfg.tc), cfg.th * cfg.wh * cfg.tw * cfg.ww, cfg.threads * cfg.nt,
+                             cluster_stage_floats(shape, cfg)))
+
+
 # ---------------------------------------------------------------- warp-tiled blocks (sparse_conv_ws.cu.j2)
 
 # block shapes the planner considers: 2x2 / 2x4 (the fastest measured on H100), and the 7-row / 7-column ones

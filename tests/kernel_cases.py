@@ -1,7 +1,7 @@
 """The kernels the tests compile with nvcc (tests/test_emit*.py) and check on the GPU against float64
 (tests/gpu/test_kernels.py), rendered exactly as `snn-codegen build` renders them. The shapes and configs
-are picked to reach every branch of the templates: ragged C, N, P and Q; atomics (tc < C) and direct
-stores; nt 1, 2, 4 and 8, strided and thread-contiguous channels; hoisted (batch 1) and plain loads;
+are picked to reach every branch of the templates: ragged C, N, P and Q; atomics (tc < C), a cluster's
+sum (tc < C, `cluster`: one round and several, float4 and scalar) and direct stores; nt 1, 2, 4 and 8, strided and thread-contiguous channels; hoisted (batch 1) and plain loads;
 1x1, 3x3, 5x5 and 7x7 filters, strides 1 and 2.
 
 Each case is (EmittedKernel, ConvShape, batch).
@@ -60,6 +60,19 @@ def classic_cases() -> list[tuple]:
             cfg = KernelConfig(min(cfg.th, sh.P), min(cfg.tw, sh.Q), cfg.tc, cfg.threads, cfg.nt)
             out += [(emit.render_sparse(sh, b, cfg), sh, b) for b in (1, 3)]
     return out
+
+
+def cluster_cases() -> list[tuple]:
+    """Channel splits summed through a thread-block cluster (sm_90+), both families: several rounds (a 1x7 nt 4
+    tile of 896 floats through 736), N % 4 != 0 (scalar sums), ragged C, P and Q, 2 to 8 blocks a cluster."""
+    cases = [(ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 128, 32, 4, cluster=True)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 32, 32, 1, cluster=True)),
+             (ConvShape(60, 30, 13, 11, 3, 3, (2, 2), (1, 1)), KernelConfig(2, 3, 16, 32, 1, cluster=True)),
+             (ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0)), KernelConfig(4, 4, 16, 32, 2, cluster=True)),
+             (ConvShape(512, 128, 28, 28, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 64, 32, 2, 7, 1, cluster=True)),
+             (ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 4, 8, 32, 2, 4, 2, cluster=True)),
+             (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 16, 32, 1, 2, 2, cluster=True))]
+    return [(emit.render_sparse(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 
 def warp_tiled_cases() -> list[tuple]:

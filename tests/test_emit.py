@@ -4,7 +4,7 @@ import re
 import shutil
 
 import pytest
-from kernel_cases import RESNET50, example_configs, resnet50_cases
+from kernel_cases import RESNET50, cluster_cases, example_configs, resnet50_cases
 from nvcc_units import compile_units
 
 from snn.codegen import emit
@@ -43,6 +43,36 @@ def test_one_channel_tile_stores_directly_with_its_epilogue():
     assert "b0[k] = bias != nullptr && n < N ? bias[n] : 0.f;" in k.source   # the accumulators start at the bias
     scalar = emit.render_sparse(S3, 8, KernelConfig(4, 8, 256, 128, 1)).source  # nt 1: scalar
     assert "*reinterpret_cast<float*>(output + e) = o;" in scalar
+
+
+def test_a_clusters_split_sums_on_chip_with_its_epilogue():
+    # 256 channels in 8 tiles of 32 = one cluster of 8 blocks along grid y: no memset, no atomics, epilogue fused
+    k = emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 64, 2, cluster=True))
+    assert k.name.endswith("_th7tw7tc32_t64n2_cl_b1") and [s["op"] for s in k.steps] == ["launch"] and k.epilogue
+    assert k.steps[0]["grid"] == [4, (256 // 128) * 8, 1]
+    assert "__cluster_dims__(1, 8, 1) __launch_bounds__" in k.source and "atomicAdd(reinterpret_cast" not in k.source
+    assert "tile_c = blockIdx.y % 8, tile_n = blockIdx.y / 8" in k.source   # a cluster = the channel tiles of a tile
+    assert "acc[i][j][k] = 0.f;" in k.source and "b0[k]" not in k.source    # the bias joins the sum once
+    assert k.source.count("cluster.sync();") == 2                           # 49 x 128 floats fit: one round
+    assert "*reinterpret_cast<float4*>(output + e) = o;" in k.source         # N % 4 == 0: float4 sums
+    # the same config without `cluster` adds with atomics
+    assert emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 64, 2)).steps[0]["op"] == "memset"
+    # rounds: a 1x7 nt 4 tile (896 floats) through 736 floats of staging
+    two = emit.render_sparse(ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 1,
+                             KernelConfig(1, 7, 128, 32, 4, cluster=True)).source
+    assert two.count("cluster.sync();") == 4 and "if (lp >= 5 && lp < 7)" in two   # 5 pixels, then 2
+    # past 8 blocks, or a C that one block owns: no cluster
+    for cfg in (KernelConfig(7, 7, 16, 64, 2, cluster=True), KernelConfig(7, 7, 256, 64, 2, cluster=True)):
+        with pytest.raises(ValueError, match="no cluster reduction"):
+            emit.render_sparse(S3, 1, cfg)
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
+def test_cluster_kernels_compile_without_spills():
+    kernels = [k for k, _, _ in cluster_cases()]
+    report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
+    assert set(report) == {k.name for k in kernels}
+    assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
 
 
 def test_pixels_that_feed_no_output_are_not_tested():

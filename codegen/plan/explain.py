@@ -38,7 +38,7 @@ def explain_layer(shape: ConvShape, gpu: GPU, batch: int, level: float, model: s
     for k in ranks:
         j = r["order"][k]
         i = int(r["idx2"][j])
-        cfg = configs(tab, [i])[0]
+        cfg = configs(tab, [i], gpu.clusters)[0]
         row = {"rank": k + 1, "config": cfg.to_dict(), "tag": cfg.tag(), "registers": int(tab["regs"][i]),
                "smem": int(tab["smem"][i]), "blocks_per_sm": int(s1["bps"][i]), "occupancy": float(s1["occ"][i]),
                "data_movement_bytes": float(dm_of[i]), "chosen": k == chosen_rank}

@@ -173,9 +173,9 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
         if i not in chosen:
             chosen.append(i)
         prev = float(t[pick])
-        alts = tuple(Choice(configs(tab, [j])[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1)) \
+        alts = tuple(Choice(configs(tab, [j], gpu.clusters)[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1)) \
             if candidates > 1 else ()
-        out[level] = Choice(configs(tab, [i])[0], prev, alts)
+        out[level] = Choice(configs(tab, [i], gpu.clusters)[0], prev, alts)
     return out
 
 
@@ -217,18 +217,18 @@ def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "s
     r = run_stages(shape, gpu, batch, level, model)
     dm_order = np.lexsort((r["idx1"], -s1["occ"][r["idx1"]], r["dm1"]))
     idx2 = set(r["idx2"].tolist())
-    return {"enumerated": configs(tab, range(len(tab["th"]))),
-            "launchable": configs(tab, np.flatnonzero(s1["feasible"])),
-            "stage1": configs(tab, r["idx1"]),
-            "stage2": configs(tab, [i for i in r["idx1"][dm_order] if i in idx2]),
-            "stage3": configs(tab, r["idx2"][r["order"]])}
+    return {"enumerated": configs(tab, range(len(tab["th"])), gpu.clusters),
+            "launchable": configs(tab, np.flatnonzero(s1["feasible"]), gpu.clusters),
+            "stage1": configs(tab, r["idx1"], gpu.clusters),
+            "stage2": configs(tab, [i for i in r["idx1"][dm_order] if i in idx2], gpu.clusters),
+            "stage3": configs(tab, r["idx2"][r["order"]], gpu.clusters)}
 
 
 def data_movement(shape: ConvShape, config: KernelConfig, batch: int, level: float, model: str = "snn") -> float:
     """Stage 2's measure for one config: bytes moved by the whole batch ('paper': Table 2 in fp32
     bytes; 'snn': bytes from L2 into the SMs: halo'd COO* input, weights per block, atomics)."""
     check(model, batch)
-    return float(bytes_moved(shape, config_table(shape, config), batch, 1.0 - level, model, [0])[0])
+    return float(bytes_moved(shape, config_table(shape, config), batch, 1.0 - level, model, [0], config.cluster)[0])
 
 
 def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config: KernelConfig,
@@ -241,7 +241,7 @@ def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config
     row = {"config": config.to_dict(), "tag": config.tag(), "registers": int(tab["regs"][0]),
            "smem": int(tab["smem"][0]), "blocks_per_sm": int(occ["bps"][0]), "occupancy": float(occ["occ"][0]),
            "launchable": bool(occ["feasible"][0]),
-           "data_movement_bytes": float(bytes_moved(shape, tab, batch, 1.0 - level, model, [0])[0])}
+           "data_movement_bytes": float(bytes_moved(shape, tab, batch, 1.0 - level, model, [0], gpu.clusters)[0])}
     if row["launchable"]:
         row.update({k: float(v[0]) for k, v in stage3(shape, gpu, tab, occ, batch, 1.0 - level, model, [0]).items()})
     return row

@@ -91,6 +91,14 @@ def resources(shape: ConvShape, th, tw, tc, threads, nt, wh, ww):
     return regs, smem, buildable
 
 
+def cluster_fit(shape: ConvShape, th, tw, tc, threads, nt, wh, ww, smem):
+    """kernel_rules.cluster_fits per row: the block's partial tile against the shared memory its staging
+    takes (classic: input tile + weight ring; warp-tiled: both stages, `smem` from `resources`)."""
+    k = kernel_params(shape, th, tw, tc, threads, nt)
+    stage = np.where(wh * ww > 1, smem // 4, k["npix"] * k["kc"] + k["ring"] // 4)
+    return rules.cluster_fits(-(-shape.C // tc), th * wh * tw * ww, threads * nt, stage)
+
+
 def estimate_resources(shape: ConvShape, config: KernelConfig) -> tuple[int, int]:
     """(registers per thread, shared bytes per block) of the kernel emit.render_sparse writes for `config`:
     regs = min(th*tw*nt + R*S*nt + REG_BASE, the __launch_bounds__ cap); smem = the KC-channel input tile

@@ -132,9 +132,11 @@ def config_space(shape: ConvShape) -> list[KernelConfig]:
     return configs(sp, range(len(sp["th"])))
 
 
-def configs(tab: dict[str, np.ndarray], idx: Iterable[int]) -> list[KernelConfig]:
-    """The KernelConfigs of rows idx of a space (or table: it has the same keys)."""
-    return [KernelConfig(*(int(tab[k][i]) for k in CONFIG_KEYS)) for i in idx]
+def configs(tab: dict[str, np.ndarray], idx: Iterable[int], clusters: bool = False) -> list[KernelConfig]:
+    """The KernelConfigs of rows idx of a space (or table: it has the same keys); with `clusters` (the GPU has
+    them) a table's channel splits that fit one (its "cluster_fit") reduce through it."""
+    return [KernelConfig(*(int(tab[k][i]) for k in CONFIG_KEYS),
+                         cluster=bool(clusters and "cluster_fit" in tab and tab["cluster_fit"][i])) for i in idx]
 
 
 def index_of(tab: dict[str, np.ndarray], config: KernelConfig) -> np.ndarray:

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..config import KernelConfig
 from ..spec import ConvShape
-from .resources import resources
+from .resources import cluster_fit, resources
 from .space import space_arrays
 
 PRED_FMA_MAX = 4  # ptxas if-converts a pixel body of <= 4 FMAs: it issues for zero inputs too (docs/performance.md)
@@ -79,6 +79,8 @@ def table(shape: ConvShape, th, tw, tc, threads, nt, wh=1, ww=1) -> dict[str, np
         # share of those pairs that land on outputs past P or Q (partial edge tiles)
         "edge_waste": 1.0 - (r[:, 3] * c[:, 3]) / (r[:, 2] * c[:, 2]),
         "regs": regs, "smem": smem, "buildable": buildable, "npix": npix,  # in-tile pixels the mask loop tests
+        # a channel split that reduces through a cluster where the GPU has them (GPU.clusters)
+        "cluster_fit": cluster_fit(shape, th, tw, tc, threads, nt, wh, ww, smem),
         "pred": np.array([predicated_share(a, b, n, shape.R, shape.S, *shape.stride)
                           for a, b, n in zip(th.tolist(), tw.tolist(), nt.tolist())]),
     }
@@ -92,5 +94,7 @@ def space_table(shape: ConvShape) -> dict[str, np.ndarray]:
 
 
 def config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
-    """The table of one config (one row)."""
-    return table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.wh, config.ww)
+    """The table of one config (one row); its split reduces through a cluster only where the config says so."""
+    tab = table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.wh, config.ww)
+    tab["cluster_fit"] = tab["cluster_fit"] & config.cluster
+    return tab

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
-from kernel_cases import classic_cases, warp_tiled_cases  # noqa: E402
+from kernel_cases import classic_cases, cluster_cases, warp_tiled_cases  # noqa: E402
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -42,6 +42,14 @@ def test_classic_kernels_match_float64(runner):
 def test_warp_tiled_kernels_match_float64(runner):
     """Warp-tiled blocks: ragged C, N and P/Q, atomics and direct stores, nt 1-8, dynamic shared memory."""
     _assert_match(runner, warp_tiled_cases())
+
+
+def test_cluster_kernels_match_float64(runner):
+    """Channel splits summed in a thread-block cluster (sm_90+): one round and several, float4 and scalar sums."""
+    major, _ = torch.cuda.get_device_capability()
+    if major < 9:
+        pytest.skip("thread-block clusters need sm_90")
+    _assert_match(runner, cluster_cases())
 
 
 def test_epilogue_matches_torch(runner):

@@ -4,7 +4,8 @@ A block walks its tc channels one after the other; a channel costs its serial la
 wait, taps, mask loop, FMAs: fixed + per in-tile pixel tested + per FMA) plus its share of the SM's issue
 slots when k blocks run side by side (the sum, not the longer: Nsight Compute profiles show neither hidden
 behind the other). Waves of SMs x blocks per SM, the last one timed on its own; memory time per wave from L2
-/ DRAM traffic as a floor; the write-back (epilogue fused where tc = C), a fixed cost and the memset of a split. Its constants (SNN_FIT) are
+/ DRAM traffic as a floor; the write-back (epilogue fused where tc = C or the split reduces through a cluster), a
+fixed cost, and around a split that adds with atomics its memset and epilogue launch. Its constants (SNN_FIT) are
 fitted to H100 measurements by tools/fit_costmodel.py (docs/costmodel.md, "Stage 3" and "Fitted to H100
 measurements").
 """
@@ -14,7 +15,7 @@ import numpy as np
 
 from ...gpu import GPU
 from ...spec import ConvShape
-from ..movement import memory_time
+from ..movement import atomic_split, memory_time
 
 ISSUE_PER_SM = 4           # warp instructions an SM issues per clock (4 schedulers, Volta..Hopper)
 WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-tiled block copies (LDGSTS + add, SASS)
@@ -23,6 +24,10 @@ WS_FILL_INS = 2            # warp instructions per 16-byte weight vector a warp-
 SNN_FIT = {
     "fixed_us": 4.788,     # launch + first fill + write-back of a kernel on cold L2, once per layer
     "memset_us": 4.25,     # the output memset when tc < C (several blocks add into one output), + its bytes
+    "epilogue_us": 2.0,    # the runtime's epilogue launch after such a split, + 3 passes over the output's bytes
+                           # (graph replay on the H100: 2.4 us each at batch 1, docs/results/h100/fusion)
+    "cluster_us": 1.0,     # a split reduced through a cluster instead: two cluster barriers and the sums over
+                           # distributed shared memory (an estimate, not fitted)
     "ch_cyc": 173.8,       # serial latency of one channel for the block's warps (wait, taps, mask)
     "pix_cyc": 12.61,      # + per in-tile pixel tested by the mask loop
     "fma_cyc": 5.544,      # + per FMA a thread issues
@@ -72,11 +77,15 @@ def time(shape: ConvShape, gpu: GPU, tab: dict, occ: dict, batch: int, density: 
     t_full = np.maximum(wave(bps), blk_wave * m_blk)
     t_tail = np.where(tail > 0, np.maximum(wave(k_tail), tail * m_blk), 0.0)
     kernel_us = (full * t_full + t_tail) * 1e6
-    # the memset: a launch, and the output's bytes at DRAM speed
-    memset_us = k_["memset_us"] + tr["out_bytes"] / (gpu.dram_bandwidth_gbs * 1e9) * 1e6
-    fixed_us = k_["fixed_us"] + np.where(tab["tiles_c"][idx] > 1, memset_us, 0.0)
+    # a split with atomics: the memset (a launch, and the output's bytes at DRAM speed) and the epilogue launch
+    out_us = tr["out_bytes"] / (gpu.dram_bandwidth_gbs * 1e9) * 1e6
+    atomic = atomic_split(tab, idx, gpu.clusters)
+    epilogue_us = np.where(atomic, k_["epilogue_us"] + 3 * out_us, 0.0)
+    fixed_us = k_["fixed_us"] + np.where(atomic, k_["memset_us"] + out_us + epilogue_us,
+                                         np.where(tab["tiles_c"][idx] > 1, k_["cluster_us"], 0.0))
     return {"predicted_us": kernel_us + fixed_us,
             "kernel_us": kernel_us, "fixed_us": fixed_us,
+            "epilogue_us": epilogue_us,   # the epilogue launch (in fixed_us), which kernel benches do not time
             "num_blocks": num_blk, "blk_wave": blk_wave, "waves": waves, "tail_blocks": tail,
             "compute_us": (full * wave(bps) + np.where(tail > 0, wave(k_tail), 0.0)) * 1e6,
             "latency_bound": lat >= bps * ins / ISSUE_PER_SM,
