@@ -133,8 +133,11 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--candidates", type=click.IntRange(min=1, max=8), default=1,
               help="Kernels per layer and level: the model's pick and its next best configs (one of each other "
                    "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
+@click.option("--clusters", is_flag=True,
+              help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics, a "
+                   "memset and an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters):
     """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle
     OUT/<network>/<gpu>/ (manifest.json, cubins/, src/, spec.yaml): copy that folder to the GPU machine
     and it runs there.
@@ -154,7 +157,7 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
         result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
-                            candidates=candidates, progress_factory=bar)
+                            candidates=candidates, clusters=clusters, progress_factory=bar)
     except KeyboardInterrupt:
         click.echo("interrupted: the kernels compiled so far are in the compiler cache; the same command "
                    "continues from there", err=True)
@@ -167,30 +170,58 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
 @codegen_main.command("import")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--out", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="Spec to write; default: <model stem>.yaml in the current folder.")
+              help="Spec to write; default: <model stem or name>.yaml in the current folder.")
 @click.option("--weights-out", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="State_dict (.pth) to write the model's weights to, for `snn-run ... --weights`; default: "
-                   "<model stem>.pth in the current folder (skipped, with a note, where PyTorch is missing).")
-@click.option("--name", default=None, help="The network's name in the spec; default: the model file's stem.")
+              help="State_dict (.pth) to write the model's weights to, for `snn-run ... --weights`. An ONNX "
+                   "model: default <model stem>.pth in the current folder (skipped, with a note, where PyTorch "
+                   "is missing). A torchvision name: written only when given (seeded random weights).")
+@click.option("--name", default=None,
+              help="The network's name in the spec; default: the model file's stem, or the torchvision name.")
+@click.option("--input-shape", default=None, metavar="C,H,W",
+              help="A torchvision model's per-image input shape; default 3,224,224 (inception_v3: 3,299,299).")
 @user_errors
-def import_cmd(model, out, weights_out, name):
-    """Convert the ONNX model MODEL (.onnx) into a YAML network spec and a weights file.
+def import_cmd(model, out, weights_out, name, input_shape):
+    """Convert MODEL into a YAML network spec (and a weights file): an ONNX model (.onnx), or the name of
+    a torchvision classification model (resnet50, resnext50_32x4d, densenet121, vgg16_bn, ...), built
+    with random weights (no download) and traced with torch.fx.
 
-    Supported: Conv (grouped and depthwise too), BatchNormalization, Relu, Add, Concat, MaxPool,
-    AveragePool, GlobalAveragePool, Flatten, Gemm, MatMul(+Add), Identity and Dropout (skipped);
-    anything else is reported as one line naming the ONNX node, and nothing is written. See
-    docs/spec-format.md, "Importing an ONNX model"."""
-    from snn.codegen.importer import import_onnx
-    from snn.codegen.importer.onnx_model import TORCH_MISSING, _torch_available
-    stem = Path(model).stem
-    out = out or f"{stem}.yaml"
+    Supported: convolutions (grouped and depthwise too), batch norm, ReLU, residual add, channel concat,
+    max/average/adaptive average pooling, flatten, linear; dropout and identity are skipped. Anything
+    else is reported as one line naming the node or module, and nothing is written. See
+    docs/spec-format.md, "Importing an ONNX model" and "Importing a PyTorch model"."""
+    import re
+
+    from snn.codegen.importer import import_onnx, import_torch
+    from snn.codegen.importer.common import TORCH_MISSING, torch_available
+    path = Path(model)
     note = None
-    if weights_out is None:
-        if _torch_available():
-            weights_out = f"{stem}.pth"
-        else:
-            note = f"weights not written: {TORCH_MISSING}"
-    result = import_onnx(model, out, weights_out, name)
+    if path.suffix.lower() == ".onnx" or path.exists():
+        if input_shape is not None:
+            raise UserError("--input-shape is for a torchvision model; an ONNX model has its own input shape")
+        stem = path.stem
+        if weights_out is None:
+            if torch_available():
+                weights_out = f"{stem}.pth"
+            else:
+                note = f"weights not written: {TORCH_MISSING}"
+        result = import_onnx(model, out or f"{stem}.yaml", weights_out, name)
+    elif re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", model):
+        shape = None
+        if input_shape is not None:
+            try:
+                shape = tuple(int(v) for v in input_shape.split(","))
+            except ValueError:
+                shape = ()
+            if len(shape) != 3 or min(shape) < 1:
+                raise UserError(f"--input-shape {input_shape!r}: expected C,H,W, three positive integers "
+                                "(e.g. 3,224,224)")
+        if weights_out is None:
+            note = ("weights not written: `snn-run ... --weights torchvision` loads torchvision's pretrained "
+                    "ones; --weights-out FILE.pth writes this import's random ones")
+        result = import_torch(model, out or f"{model}.yaml", weights_out, name, shape)
+    else:
+        raise UserError(f"{model}: no such file (MODEL is an .onnx file or a torchvision model name such as "
+                        "resnet50)")
     click.echo(f"spec: {result.spec_path}")
     if result.weights_path is not None:
         click.echo(f"weights: {result.weights_path}")

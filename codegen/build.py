@@ -15,6 +15,8 @@ that imports the planner and the emitter), so tests and other front ends can inj
 """
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 import json
 import os
@@ -321,7 +323,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
 def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int] = 1,
                levels: str | list[float] = DEFAULT_LEVELS, out: str | Path = "generated", *, jobs: int | None = None,
                rebuild: bool = False, arch: str | None = None, model: str = "snn", candidates: int = 1,
-               progress_factory=None) -> BuildResult:
+               clusters: bool = False, progress_factory=None) -> BuildResult:
     """`snn.build` and `snn-codegen build`: a spec file and option values to a bundle in <out>/<network>/<gpu>/."""
     from .spec import load_spec
     batches = parse_batches(",".join(map(str, batch)) if isinstance(batch, (list, tuple)) else str(batch))
@@ -332,6 +334,10 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
         target = stages.load_gpu(gpu)
     except (KeyError, ValueError, FileNotFoundError) as e:  # unless load_gpu raises UserError itself
         raise UserError(f"--gpu {gpu}: {e}") from None
+    if clusters:  # channel splits summed in thread-block clusters (docs/kernels.md): an opt-in, sm_90+
+        if not target.has_clusters:
+            raise UserError(f"--clusters: {target.name} ({target.arch}) has no thread-block clusters (sm_90 and later)")
+        target = dataclasses.replace(target, clusters=True)
     # everything the plan and the sources depend on, so that a rebuild from the same inputs does nothing
     gpu_desc = target.to_dict() if hasattr(target, "to_dict") else repr(target)
     inputs = json.dumps({"spec": Path(net.path).read_text(), "gpu": gpu_desc, "batches": batches,

@@ -47,6 +47,9 @@ class GPU:
     dram_bandwidth_gbs: float
     l2_bytes: int
     l2_bandwidth_gbs: float        # approximate: not on datasheets
+    # plan channel splits of <= 8 blocks as thread-block clusters (sm_90+; `snn-codegen build --clusters`): an
+    # option, not the GPU's description, and off by default: measured slower on the H100 (docs/kernels.md)
+    clusters: bool = False
 
     @property
     def max_threads(self) -> int:
@@ -59,8 +62,8 @@ class GPU:
         return 2.0 * self.fp32_lanes_per_sm * self.sms * self.boost_clock_mhz * 1e6
 
     @property
-    def clusters(self) -> bool:
-        """Thread-block clusters and distributed shared memory (sm_90+): a channel split reduces on chip."""
+    def has_clusters(self) -> bool:
+        """Thread-block clusters and distributed shared memory (sm_90+)."""
         return tuple(self.compute_capability) >= (9, 0)
 
     def to_dict(self) -> dict[str, Any]:
@@ -69,7 +72,7 @@ class GPU:
         return d
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(GPU))
+FIELDS = tuple(f.name for f in dataclasses.fields(GPU) if f.name != "clusters")   # a description's fields
 _INT_FIELDS = tuple(f.name for f in dataclasses.fields(GPU) if f.type == "int")
 
 

@@ -116,15 +116,13 @@ def test_plan_keeps_a_lower_levels_config_only_within_tolerance():
 
 
 def test_a_lower_levels_pick_stays_a_candidate_when_stage2_drops_it():
-    """64->64 @56 at batch 1 on an H100 without clusters (its split adds with atomics): stage 2's cut moves with
-    the density and drops the 0.7 pick at 0.75; the plan keeps it there (it is still the fastest prediction)
-    instead of switching to a config predicted slower."""
+    """64->64 @56 at batch 1: stage 2's cut moves with the density and drops the 0.7 pick at 0.75; the plan keeps
+    it there (it is still the fastest prediction) instead of switching to a config predicted slower."""
     shape = ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
-    gpu = dataclasses.replace(H100, compute_capability=(8, 0))
-    plan = plan_shape(shape, gpu, 1, [0.7, 0.75])
+    plan = plan_shape(shape, H100, 1, [0.7, 0.75])
     assert plan[0.75].config == plan[0.7].config and plan[0.75].predicted_us < plan[0.7].predicted_us
-    assert plan[0.7].config not in stages(shape, gpu, 1, 0.75)["stage2"]
-    info = explain_layer(shape, gpu, 1, 0.75, chosen=plan[0.75].config)
+    assert plan[0.7].config not in stages(shape, H100, 1, 0.75)["stage2"]
+    info = explain_layer(shape, H100, 1, 0.75, chosen=plan[0.75].config)
     assert info["chosen"]["tag"] == plan[0.7].config.tag()
     assert info["counts"]["stage2_data_movement"] == len(stages(shape, H100, 1, 0.75)["stage2"])
 
@@ -162,3 +160,16 @@ def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fas
     assert len(lv["alternatives"]) == 1 and lv["alternatives"][0]["kernel"] != lv["kernel"]
     with pytest.raises(UserError, match="candidates"):
         plan_shape(shape, H100, 1, [0.7], candidates=0)
+
+
+def test_cluster_splits_are_an_sm90_option(tmp_path):
+    """`--clusters` (GPU.clusters): the plan's channel splits of <= 8 blocks become cluster sums; off by default,
+    and refused where the GPU has no clusters."""
+    shape = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+    assert not any(c.cluster for c in stages(shape, H100, 1, 0.7)["stage3"])
+    with_cl = stages(shape, dataclasses.replace(H100, clusters=True), 1, 0.7)["stage3"]
+    assert any(c.cluster for c in with_cl)
+    assert all(c.cluster == (1 < -(-shape.C // c.tc) <= 8) for c in with_cl if c.cluster or -(-shape.C // c.tc) == 1)
+    from snn.codegen.build import build_spec
+    with pytest.raises(UserError, match="--clusters: a100 .* no thread-block clusters"):
+        build_spec(ROOT / "network_specs" / "resnet50.yaml", "a100", clusters=True, out=tmp_path)

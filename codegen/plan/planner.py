@@ -3,6 +3,8 @@
 """
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -237,6 +239,7 @@ def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config
     resources, occupancy, data movement and the stage-3 terms, predicted_us among them."""
     check(model, batch)
     tab = config_table(shape, config)
+    gpu = dataclasses.replace(gpu, clusters=config.cluster)   # priced as the config says it is built
     occ = table_occupancy(tab, gpu)
     row = {"config": config.to_dict(), "tag": config.tag(), "registers": int(tab["regs"][0]),
            "smem": int(tab["smem"][0]), "blocks_per_sm": int(occ["bps"][0]), "occupancy": float(occ["occ"][0]),

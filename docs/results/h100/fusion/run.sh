@@ -6,6 +6,7 @@
 # (tests/gpu/test_kernels.py, test_manifest_kernels.py: OUT/kernel_checks.log).
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
+# CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
 # A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
 set -uo pipefail
@@ -14,8 +15,13 @@ before=$(realpath "${3:?BEFORE_TREE}"); shift 3
 nets=("$@"); [ ${#nets[@]} -eq 0 ] && nets=(resnet152 densenet201)
 out=$(realpath -m "$out"); mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../../.." && pwd)
-for side in before after; do
-  tree=$before; [ $side = after ] && tree=$after
+sides=(before after); [ -n "${CLUSTERS:-}" ] && sides+=(clusters)
+for side in "${sides[@]}"; do
+  tree=$before; flags=""; [ $side = after ] && tree=$after
+  if [ $side = clusters ]; then  # a copy of this checkout, so that its bundles do not replace after's
+    tree=$(mktemp -d); flags=--clusters
+    tar -C "$after" --exclude=./.carry --exclude=./generated -cf - . | tar -C "$tree" -xf -
+  fi
   (
     cd "$tree" && . docs/results/h100/env.sh
     if [ $side = after ]; then  # the kernels as built, and as rendered, against float64
@@ -25,10 +31,10 @@ for side in before after; do
         2>&1 | tail -3 > "$out/kernel_checks.log"
     fi
     commit=$(cat "$tree/.commit" 2>/dev/null || git -C "$tree" rev-parse HEAD 2>/dev/null)
-    [ $side = after ] && commit=${SNN_GIT_COMMIT:-$commit}
+    [ $side != before ] && commit=${SNN_GIT_COMMIT:-$commit}
     echo "== $side: commit $commit"
     for net in "${nets[@]}"; do
-      snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 2>&1 | tail -1
+      snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 $flags 2>&1 | tail -1
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
       for b in 1 8; do
         python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning

@@ -30,14 +30,14 @@ kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
 head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
        [f"{k} ms (n)" for k in kinds_all]
 lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before")):
+for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before", kv[0][2])):
     cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{d['rel_err_vs_fp64']:.1e}"]
     cells += [f"{d['kinds'][k][1]:.3f} ({d['kinds'][k][0]:.0f})" if k in d["kinds"] else "-" for k in kinds_all]
     lines.append("| " + " | ".join(cells) + " |")
 lines.append("")
-for net, b in sorted({(k[0], k[1]) for k in runs}):
-    if (net, b, "before") in runs and (net, b, "after") in runs:
-        x, y = runs[(net, b, "before")]["replay_ms"], runs[(net, b, "after")]["replay_ms"]
-        lines.append(f"- {net} batch {b}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
+for net, b, side in sorted(k for k in runs if k[2] != "before"):
+    if (net, b, "before") in runs:
+        x, y = runs[(net, b, "before")]["replay_ms"], runs[(net, b, side)]["replay_ms"]
+        lines.append(f"- {net} batch {b}, {side}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
 (out / "table.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
