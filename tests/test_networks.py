@@ -1,4 +1,5 @@
 """The checked-in specs of the paper's eight networks against known facts about torchvision's models."""
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,6 +54,8 @@ def test_densenet_inputs_come_through_bn_relu():
 
 
 def test_checked_in_specs_match_the_generator(tmp_path):
+    pytest.importorskip("torch")  # the generator imports torchvision's models through snn's PyTorch importer
+    pytest.importorskip("torchvision")
     r = subprocess.run([sys.executable, str(SPECS / "generate.py"), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     r = subprocess.run([sys.executable, str(SPECS / "generate.py"), "--out", str(tmp_path)], capture_output=True, text=True)
@@ -61,3 +64,13 @@ def test_checked_in_specs_match_the_generator(tmp_path):
     r = subprocess.run([sys.executable, str(SPECS / "generate.py"), "--check", "--out", str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 1 and "vgg16.yaml" in r.stderr
+
+
+def test_generator_without_torch_says_so_in_one_line(tmp_path):
+    fake = tmp_path / "fake" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError(\"No module named 'torch'\")\n")
+    env = {**os.environ, "PYTHONPATH": str(fake.parent)}
+    r = subprocess.run([sys.executable, str(SPECS / "generate.py"), "--check"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.count("\n") == 1 and "needs torch, torchvision and snn installed" in r.stderr

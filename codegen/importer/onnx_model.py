@@ -9,52 +9,32 @@ bias. Anything the spec cannot express is a `UserError` of one line,
 
 and then nothing is written: the spec and the weights go to temporary files next to their targets,
 which are renamed only once everything succeeded (the spec parsed by `parse_spec`, the weights checked
-against `codegen.spec.tensor_shapes`, what the runtime loads). `onnx` and `torch` are imported inside the functions.
+against `codegen.spec.tensor_shapes`, what the runtime loads: `common.finish`, shared with the PyTorch
+importer). `onnx` and `torch` are imported inside the functions.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from snn.codegen.errors import UserError
-from snn.codegen.spec import Network, SpecError, _pool_out, parse_spec, tensor_shapes
+from snn.codegen.spec import _pool_out
+
+from .common import TORCH_MISSING, ImportResult, check_targets, finish, pair, spec_text, torch_available
 
 ONNX_MISSING = "importing an ONNX model needs the onnx package: pip install onnx"
-TORCH_MISSING = "writing the weights file needs PyTorch: pip install torch (or import without weights)"
 
 SUPPORTED = ("Conv", "BatchNormalization", "Relu", "Add", "Sum", "Concat", "MaxPool", "AveragePool",
              "GlobalAveragePool", "Flatten", "Reshape", "Gemm", "MatMul", "Identity", "Dropout", "Constant")
 
-
-@dataclass(frozen=True)
-class ImportResult:
-    spec_path: Path
-    weights_path: Path | None
-    nodes: int          # spec nodes written
-    convs: int          # conv nodes among them
-    sparse_convs: int = 0   # convs that can run sparse (Network.sparse_convs)
-    network: Network | None = None
+__all__ = ["ImportResult", "ONNX_MISSING", "TORCH_MISSING", "import_onnx"]
 
 
 class _Fail(Exception):
     """(node name, op type, why): becomes the one-line UserError."""
-
-
-def _torch_available() -> bool:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def import_onnx(path: str | Path, out_spec: str | Path, out_weights: str | Path | None = None,
@@ -70,13 +50,9 @@ def import_onnx(path: str | Path, out_spec: str | Path, out_weights: str | Path 
         raise UserError(ONNX_MISSING) from None
     path, out_spec = Path(path), Path(out_spec)
     out_weights = Path(out_weights) if out_weights is not None else None
-    if out_weights is not None and not _torch_available():
+    if out_weights is not None and not torch_available():
         raise UserError(TORCH_MISSING)
-    for target in (out_spec, out_weights):
-        if target is not None and not target.parent.is_dir():
-            raise UserError(f"{target}: folder {target.parent} does not exist")
-    if out_weights is not None and out_weights.resolve() == out_spec.resolve():
-        raise UserError(f"{out_spec}: the spec and the weights cannot be the same file")
+    check_targets(out_spec, out_weights)
     if not path.is_file():
         raise UserError(f"{path}: no such file")
     try:
@@ -92,93 +68,11 @@ def import_onnx(path: str | Path, out_spec: str | Path, out_weights: str | Path 
         node, op, why = e.args
         raise UserError(f"{path}: node '{node}' ({op}): {why}") from None
 
-    text = conv.dump(name or path.stem)
-    try:
-        net = parse_spec(text, path)
-    except SpecError as e:
-        raise UserError(str(e)) from None
-    _check_weights(net, conv.tensors, path)
-    _write(text, out_spec, conv.tensors if out_weights is not None else None, out_weights)
-    return ImportResult(out_spec, out_weights, len(net.nodes), len(net.convs), len(net.sparse_convs), net)
-
-
-def _check_weights(net: Network, tensors: dict, path: Path) -> None:
-    """The state_dict holds exactly the tensors the spec names (what runtime.weights loads), with their shapes."""
-    want = tensor_shapes(net)
-    for key, shape in want.items():
-        got = tensors.get(key)
-        if got is None or tuple(got.shape) != shape:  # pragma: no cover - an importer bug, not a user's
-            raise UserError(f"{path}: internal error: tensor '{key}' is "
-                            f"{None if got is None else tuple(got.shape)}, the spec needs {shape}")
-
-
-def _write(text: str, out_spec: Path, tensors: dict | None, out_weights: Path | None) -> None:
-    tmps: list[str] = []
-    try:
-        fd, spec_tmp = tempfile.mkstemp(dir=out_spec.parent, prefix=f".{out_spec.name}.", suffix=".tmp")
-        tmps.append(spec_tmp)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        if tensors is not None:
-            import numpy as np
-            import torch
-            fd, w_tmp = tempfile.mkstemp(dir=out_weights.parent, prefix=f".{out_weights.name}.", suffix=".tmp")
-            os.close(fd)
-            tmps.append(w_tmp)
-            sd = {k: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32).copy()) for k, v in tensors.items()}
-            torch.save(sd, w_tmp)
-            os.replace(w_tmp, out_weights)
-            tmps.remove(w_tmp)
-        os.replace(spec_tmp, out_spec)
-        tmps.remove(spec_tmp)
-    except OSError as e:
-        where = e.filename or out_spec
-        raise UserError(f"cannot write {where}: {e.strerror or e}") from None
-    finally:
-        for t in tmps:
-            try:
-                os.unlink(t)
-            except OSError:
-                pass
+    return finish(conv.dump(name or path.stem), path, conv.tensors, out_spec, out_weights)
 
 
 # ---------------------------------------------------------------------------------------------------
 # The conversion proper
-
-_PLAIN = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
-
-
-def _yaml_str(s: str) -> str:
-    """A name as a YAML flow scalar: plain when that reads back as the same string, else double-quoted."""
-    if _PLAIN.fullmatch(s):
-        try:
-            if yaml.safe_load(s) == s:
-                return s
-        except yaml.YAMLError:
-            pass
-    return json.dumps(s)  # a JSON string is a YAML double-quoted scalar
-
-
-def _fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(map(_fmt, v)) + "]"
-    if isinstance(v, str):
-        return _yaml_str(v)
-    if isinstance(v, float):  # YAML 1.1 (PyYAML) reads 1e-05 as a string: it wants 1.0e-05
-        r = repr(v)
-        if "e" in r and "." not in r:
-            mant, exp = r.split("e")
-            r = f"{mant}.0e{exp}"
-        return r
-    return str(v)
-
-
-def _pair(v: int | tuple[int, int]) -> int | list[int]:
-    a, b = (v, v) if isinstance(v, int) else v
-    return a if a == b else [a, b]
-
 
 class _Converter:
     def __init__(self, graph, numpy_helper, helper):
@@ -387,8 +281,8 @@ class _Converter:
         if h + 2 * padding[0] < r or w + 2 * padding[1] < s:
             self.fail(n, f"kernel {r}x{s} is larger than the padded input")
         p, q = (h + 2 * padding[0] - r) // stride[0] + 1, (w + 2 * padding[1] - s) // stride[1] + 1
-        fields: dict[str, Any] = {"in_channels": c, "out_channels": int(m), "kernel": _pair((int(r), int(s))),
-                                  "stride": _pair(stride), "padding": _pair(padding)}
+        fields: dict[str, Any] = {"in_channels": c, "out_channels": int(m), "kernel": pair((int(r), int(s))),
+                                  "stride": pair(stride), "padding": pair(padding)}
         if groups != 1:
             fields["groups"] = groups
         fields["bias"] = bias
@@ -489,7 +383,7 @@ class _Converter:
             self.fail(n, f"kernel {list(kernel)} is larger than the padded input")
         shape = (c, _pool_out(h, kernel[0], stride[0], padding[0], ceil),
                  _pool_out(w, kernel[1], stride[1], padding[1], ceil))
-        fields: dict[str, Any] = {"kernel": _pair(kernel), "stride": _pair(stride), "padding": _pair(padding)}
+        fields: dict[str, Any] = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding)}
         if ceil:
             fields["ceil_mode"] = True
         self.add(n, op, [x], shape, **fields)
@@ -578,12 +472,5 @@ class _Converter:
 
     # -- output -----------------------------------------------------------------------------------
     def dump(self, name: str) -> str:
-        c, h, w = self.input_shape
-        lines = [f"# {name}: imported from ONNX by `snn-codegen import`",
-                 f"name: {_yaml_str(name)}",
-                 f"input: {{name: {_yaml_str(self.input_name)}, shape: [{c}, {h}, {w}]}}",
-                 "nodes:"]
-        for n in self.nodes:
-            lines.append("  - {" + ", ".join(f"{k}: {_fmt(v)}" for k, v in n.items() if not k.startswith("_")) + "}")
-        lines.append(f"output: {_yaml_str(self.output)}")
-        return "\n".join(lines) + "\n"
+        return spec_text(f"{name}: imported from ONNX by `snn-codegen import`", name, self.input_name,
+                         self.input_shape, self.nodes, self.output)
