@@ -24,8 +24,9 @@ import jinja2
 
 from .config import KernelConfig
 # register_cap: re-exported with the rules the emitter renders with (tests check the cost model against them here)
-from .kernel_rules import (CLUSTER_MAX, WS_MAX_WORDS, WS_SMEM_LIMIT, chunk_channels, cluster_split, cluster_stage_floats, min_blocks,  # noqa: F401
-                           register_cap, weight_ring_depth, ws_eligible, ws_params)
+from .kernel_rules import (CLUSTER_MAX, WS_MAX_WORDS, WS_SMEM_LIMIT, chunk_channels, cluster_split,  # noqa: F401
+                           cluster_stage_floats, min_blocks, register_cap, weight_ring_depth, ws_eligible,
+                           ws_params)
 from .spec import ConvShape
 
 TEMPLATES = Path(__file__).parent / "templates"

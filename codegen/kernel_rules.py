@@ -90,8 +90,8 @@ def cluster_rounds(pixels, nb, stage_floats):
 def cluster_fits(tiles_c, pixels, nb, stage_floats):
     """Whether a channel split reduces through a thread-block cluster (its blocks sum their partial tiles
     through distributed shared memory, the last step fused with the epilogue; no memset, no atomics, no
-    epilogue launch): 1 < tiles_c <= CLUSTER_MAX, in at most CLUSTER_ROUNDS rounds. The GPU must have
-    clusters (GPU.clusters)."""
+    epilogue launch): 1 < tiles_c <= CLUSTER_MAX, in at most CLUSTER_ROUNDS rounds. Planned only with
+    `--clusters` (GPU.clusters) on a GPU that has them (GPU.has_clusters)."""
     return (tiles_c > 1) & (tiles_c <= CLUSTER_MAX) & (cluster_rounds(pixels, nb, stage_floats) <= CLUSTER_ROUNDS)
 
 
