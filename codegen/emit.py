@@ -102,7 +102,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
     """CLUSTER: blocks of a cluster's channel split (0: none); CL_PIX: block-tile pixels each round of its sum
-    passes through shared memory (kernel_rules.cluster_rounds)."""
+    passes through shared memory (kernel_rules.cluster_fits)."""
     if not cfg.cluster:
         return {"CLUSTER": 0, "CL_PIX": 0}
     pixels = cfg.th * cfg.wh * cfg.tw * cfg.ww

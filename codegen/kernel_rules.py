@@ -79,20 +79,15 @@ CLUSTER_MAX = 8      # blocks of one thread-block cluster: the portable limit (s
 CLUSTER_ROUNDS = 4   # the partial tile passes through the staging's shared memory in at most this many rounds
 
 
-def cluster_rounds(pixels, nb, stage_floats):
-    """Rounds of the cluster's sum: the block's partial tile (pixels x nb floats) passes through the shared
-    memory its staging already takes (stage_floats), whole pixels at a time, so resources and occupancy stay
-    as they are. Plain arithmetic over scalars or arrays; a huge number where not one pixel fits."""
-    per = stage_floats // nb
-    return (-(-pixels // (per + (per == 0)))) + (per == 0) * 10**6
-
-
 def cluster_fits(tiles_c, pixels, nb, stage_floats):
     """Whether a channel split reduces through a thread-block cluster (its blocks sum their partial tiles
     through distributed shared memory, the last step fused with the epilogue; no memset, no atomics, no
-    epilogue launch): 1 < tiles_c <= CLUSTER_MAX, in at most CLUSTER_ROUNDS rounds. Planned only with
-    `--clusters` (GPU.clusters) on a GPU that has them (GPU.has_clusters)."""
-    return (tiles_c > 1) & (tiles_c <= CLUSTER_MAX) & (cluster_rounds(pixels, nb, stage_floats) <= CLUSTER_ROUNDS)
+    epilogue launch): 1 < tiles_c <= CLUSTER_MAX, and the block's partial tile (pixels x nb floats) passes
+    through the shared memory its staging already takes (stage_floats), whole pixels at a time, in at most
+    CLUSTER_ROUNDS rounds, so resources and occupancy stay as they are. Plain arithmetic over scalars or
+    arrays. Planned only with `--clusters` (GPU.clusters) on a GPU that has them (GPU.has_clusters)."""
+    per = stage_floats // nb   # pixels a round
+    return (tiles_c > 1) & (tiles_c <= CLUSTER_MAX) & (per >= 1) & (pixels <= per * CLUSTER_ROUNDS)
 
 
 def cluster_stage_floats(shape: ConvShape, cfg: KernelConfig) -> int:

@@ -280,6 +280,7 @@ def test_names_stay_unique_and_training_mode_is_restored(tmp_path):
 
 # -- (d) what is refused ---------------------------------------------------------------------------
 class Act(nn.Module):
+    """A conv, then `act`: a module (traced as a call to module 'act') or a function (traced as its op)."""
     def __init__(self, act):
         super().__init__()
         self.conv = nn.Conv2d(3, 4, 3)
@@ -287,16 +288,6 @@ class Act(nn.Module):
 
     def forward(self, x):
         return self.act(self.conv(x))
-
-
-class Functional(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.fn = fn
-
-    def forward(self, x):
-        return self.fn(self.conv(x))
 
 
 class Gate(nn.Module):
@@ -329,20 +320,20 @@ class TwoOut(nn.Module):
 REFUSED = [
     (lambda: Act(nn.SiLU()), "module 'act' (SiLU)", "op not supported"),
     (lambda: Act(nn.Hardswish()), "module 'act' (Hardswish)", "op not supported"),
-    (lambda: Functional(F.gelu), "node 'gelu' (torch.nn.functional.gelu)", "op not supported"),
-    (lambda: Functional(torch.sigmoid), "node 'sigmoid' (torch.sigmoid)", "op not supported"),
+    (lambda: Act(F.gelu), "node 'gelu' (torch.nn.functional.gelu)", "op not supported"),
+    (lambda: Act(torch.sigmoid), "node 'sigmoid' (torch.sigmoid)", "op not supported"),
     (lambda: Gated(), "module 'gate' (Gate)", "torch.fx cannot trace its forward"),
     (lambda: Act(nn.Conv2d(4, 4, 3, dilation=2)), "module 'act' (Conv2d)", "dilation [2, 2] is not supported"),
     (lambda: Act(nn.Conv2d(4, 4, 3, padding_mode="reflect")), "module 'act' (Conv2d)", "padding_mode 'reflect'"),
     (lambda: Act(nn.BatchNorm2d(4, affine=False)), "module 'act' (BatchNorm2d)", "affine=True"),
     (lambda: Act(nn.Linear(4, 2)), "module 'act' (Linear)", "needs a flat [N, features] input"),
     (lambda: Act(nn.Conv2d(5, 4, 1)), "module 'act' (Conv2d)", "takes 5 input channels, its input has 4"),
-    (lambda: Functional(lambda y: torch.cat([y, y], 1)), "node 'cat' (torch.cat)", "same tensor twice"),
-    (lambda: Functional(lambda y: torch.cat([y, F.relu(y)], 2)), "node 'cat' (torch.cat)", "dim=2"),
-    (lambda: Functional(lambda y: y + 1), "node 'add' (operator.add)", "adds a constant"),
-    (lambda: Functional(lambda y: y.view(y.size(0), 2, -1)), "node 'view' (Tensor.view)", "reshapes to ['N', 2, -1]"),
-    (lambda: Functional(lambda y: torch.flatten(y)), "node 'flatten' (torch.flatten)", "start_dim=1"),
-    (lambda: Functional(lambda y: F.dropout(y, 0.3)), "node 'dropout' (torch.nn.functional.dropout)", "training=True"),
+    (lambda: Act(lambda y: torch.cat([y, y], 1)), "node 'cat' (torch.cat)", "same tensor twice"),
+    (lambda: Act(lambda y: torch.cat([y, F.relu(y)], 2)), "node 'cat' (torch.cat)", "dim=2"),
+    (lambda: Act(lambda y: y + 1), "node 'add' (operator.add)", "adds a constant"),
+    (lambda: Act(lambda y: y.view(y.size(0), 2, -1)), "node 'view' (Tensor.view)", "reshapes to ['N', 2, -1]"),
+    (lambda: Act(lambda y: torch.flatten(y)), "node 'flatten' (torch.flatten)", "start_dim=1"),
+    (lambda: Act(lambda y: F.dropout(y, 0.3)), "node 'dropout' (torch.nn.functional.dropout)", "training=True"),
     (lambda: TwoOut(), "node 'output' (output)", "forward returns 2 values"),
 ]
 

@@ -9,7 +9,7 @@ from snn.codegen.plan import config_space, estimate_resources, stages
 from snn.codegen.plan.occupancy import table_occupancy
 from snn.codegen.plan.resources import kernel_params
 from snn.codegen.plan.space import space_arrays
-from snn.codegen.plan.tables import config_table
+from snn.codegen.plan.tables import config_table, space_table
 from snn.codegen.spec import ConvShape
 
 from plan_examples import CFG, H100, ONE_BY_ONE, SHAPE
@@ -67,3 +67,15 @@ def test_vectorised_resources_agree_with_the_emitter(shape):
         except ValueError:
             kc = 0
         assert k["kc"][i] == kc, c
+
+
+@pytest.mark.parametrize("shape", [SHAPE, ONE_BY_ONE, ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)),
+                                   ConvShape(60, 30, 13, 11, 3, 3, (2, 2), (1, 1))])
+def test_cluster_fit_agrees_with_the_emitter(shape):
+    """The tables' cluster_fit (arrays) is kernel_rules.cluster_split (what emit renders) for every buildable
+    config of the space, and some configs of each shape fit."""
+    tab = space_table(shape)
+    for i, c in enumerate(config_space(shape)):
+        if tab["buildable"][i]:
+            assert bool(tab["cluster_fit"][i]) == emit.cluster_split(shape, c), c
+    assert tab["cluster_fit"].any()
