@@ -135,7 +135,7 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
                    "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
 @click.option("--clusters", is_flag=True,
               help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics, a "
-                   "memset and an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
+                   "an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
 @user_errors
 def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters):
     """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle

@@ -169,15 +169,21 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig) -> Emitted
 CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
+# A channel split that adds with atomics adds into this buffer instead of `output`: the runtime's zeroed FP32
+# accumulator (one per backend, shared by the layers), which its epilogue launch reads into `output` and
+# leaves zeroed again (snn_epilogue's `clear`), so no memset step is needed.
+ACCUMULATOR = "accumulator"
+
+
 def _kernel(name: str, src: str, g: dict, batch: int, block: list[int]) -> EmittedKernel:
     """One launch that applies the conv's epilogue itself (a cluster's split too: its grid's clusters are
-    compiled in, __cluster_dims__); with a channel split that adds with atomics a memset of the output
-    first, and the epilogue left to the runtime (epilogue=False)."""
+    compiled in, __cluster_dims__); a channel split that adds with atomics adds into the runtime's
+    accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
-    steps = [{"op": "memset", "buffer": "output"}] if split else []
-    steps.append({"op": "launch", "function": name,
-                  "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-                  "block": block, "smem": g["SMEM"], "args": list(CONV_ARGS)})
+    args = [ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS]
+    steps = [{"op": "launch", "function": name,
+              "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
+              "block": block, "smem": g["SMEM"], "args": args}]
     return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split)
 
 

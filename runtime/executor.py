@@ -11,6 +11,7 @@ A backend provides
     sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi) a manifest kernel's steps, then its
                                      Epilogue (or None): fused into the launch where the kernel can
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
+    prepare_accumulator(numel)       the same for the accumulator a split kernel adds into
 
 The capture hook: runtime/graph.py records forward() into a CUDA graph through these members of
 Executor, and no others:
@@ -36,7 +37,7 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import OPTIONAL_ARGS, workspace
+from .kernels import ACCUMULATOR, OPTIONAL_ARGS, uses_accumulator, workspace
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -82,7 +83,7 @@ class TorchBackend:
         self.compute_dtype = compute_dtype
         self.sparse_calls: list[str] = []
 
-    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
+    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False):
         torch = self.torch
         c = inp.shape[1]
         y = inp
@@ -95,12 +96,14 @@ class TorchBackend:
         if relu:
             y = torch.relu(y)
         out.copy_(y)
+        if clear and inp.data_ptr() != out.data_ptr():
+            inp.zero_()
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         F = self.torch.nn.functional
-        bufs = {"input": inp, "weight": weight, "output": out, **workspace}
+        bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
             names = [step["buffer"]] if step["op"] == "memset" else step.get("args", [])
             for a in names:
@@ -118,6 +121,9 @@ class TorchBackend:
 
     def prepare_bias(self, channels):
         """Nothing to make ahead: this backend allocates as it goes (no CUDA graph records it)."""
+
+    def prepare_accumulator(self, numel):
+        """Nothing to make: the emulation computes into the output."""
 
 
 class Executor:
@@ -179,6 +185,9 @@ class Executor:
         kentry = self.cache.kernel(kernel)
         self._weight_in(conv, kentry.get("weight_layout", "NCRS"))
         self._workspace(kernel, kentry)
+        if uses_accumulator(kentry) and "batch" in kentry:
+            s = self.convs[conv].shape
+            self.backend.prepare_accumulator(int(kentry["batch"]) * s.N * s.P * s.Q)
 
     def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue) -> None:
         """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included

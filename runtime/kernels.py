@@ -5,10 +5,13 @@
 - sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; the
   conv's epilogue (executor.Epilogue) goes into the launch of a kernel that fuses it (emit.CONV_ARGS),
   else into one snn_epilogue launch after the steps (`out` then NCHW-shaped, as every epilogue's tensors).
+  A channel split that adds with atomics names `accumulator` in its launch: it adds into this backend's
+  zeroed FP32 buffer, and the epilogue launch reads it into `out` and zeroes it again (no memset).
 """
 from __future__ import annotations
 
 import ctypes
+from types import SimpleNamespace
 
 from .cuda import Device, import_torch
 from .errors import RunError
@@ -19,11 +22,20 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
 OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu")
+# the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
+ACCUMULATOR = "accumulator"
+
+
+def uses_accumulator(kentry: dict) -> bool:
+    return any(ACCUMULATOR in step.get("args", ()) for step in kentry["steps"])
 
 
 def workspace(torch, sizes: dict | None, device) -> dict:
     """A kernel's workspace buffers ({name: bytes} from its manifest entry), zeroed."""
     return {k: torch.zeros(max(1, int(v)), dtype=torch.uint8, device=device) for k, v in (sizes or {}).items()}
+
+
+_NO_EPILOGUE = SimpleNamespace(bias=None, residual=None, counters=None, slot=None, relu=False)
 
 
 def _ptr(t) -> int:
@@ -38,11 +50,23 @@ class CudaBackend:
         self.epi_cubin, self.epi_fn = epi["cubin"], epi.get("function", "snn_epilogue")
         self.epi_block = int(epi.get("block", EPILOGUE_BLOCK))
         self._consts: dict[tuple[str, int], object] = {}
+        self._acc = None
+        self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
 
-    def _const(self, value: float, c: int):
+    def prepare_accumulator(self, numel: int, device="cuda"):
+        """The accumulator (float32, zeroed, >= numel elements), grown now if it must be: before a CUDA graph
+        capture, so that the captured launches allocate nothing. Every launch that adds into it is followed
+        by the epilogue that reads it and zeroes it again, so it stays zero between convs."""
+        if self._acc is None or self._acc.numel() < numel:
+            if self._acc is not None:
+                self._retired.append(self._acc)
+            self._acc = self.torch.zeros(max(1, numel), dtype=self.torch.float32, device=device)
+        return self._acc
+
+    def _const(self, value: float, c: int, device="cuda"):
         key = (value, c)
         if key not in self._consts:
-            self._consts[key] = self.torch.full((c,), value, dtype=self.torch.float32, device="cuda")
+            self._consts[key] = self.torch.full((c,), value, dtype=self.torch.float32, device=device)
         return self._consts[key]
 
     def prepare_bias(self, channels: int):
@@ -50,22 +74,25 @@ class CudaBackend:
         CUDA graph capture, so that the captured epilogue allocates nothing)."""
         self._const(1.0, channels)
 
-    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
+    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False):
         c = inp.shape[1]
         total = inp.numel()
         if total == 0:
             return
-        scale = self._const(1.0, c) if scale is None else scale
-        shift = self._const(0.0, c) if shift is None else shift
+        scale = self._const(1.0, c, inp.device) if scale is None else scale
+        shift = self._const(0.0, c, inp.device) if shift is None else shift
         zeros = counters.data_ptr() + 8 * slot if counters is not None else 0
         args = [(inp.data_ptr(), _PTR), (scale.data_ptr(), _PTR), (shift.data_ptr(), _PTR),
                 (residual.data_ptr() if residual is not None else 0, _PTR), (out.data_ptr(), _PTR),
-                (zeros, _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32)]
+                (zeros, _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32), (1 if clear else 0, _I32)]
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args)
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
+        acc = self.prepare_accumulator(out.numel(), out.device) if uses_accumulator(kentry) else None
+        if acc is not None:  # the split's sums, as out's NCHW-shaped view for the epilogue after the steps
+            bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
         vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0}
         fused = bool(kentry.get("epilogue"))
@@ -93,5 +120,8 @@ class CudaBackend:
                                 int(step.get("smem", 0)), args)
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
-        if epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
+        if acc is not None:  # the sums into out, the epilogue applied, the accumulator zeroed: one launch
+            e = epi or _NO_EPILOGUE
+            self.epilogue(bufs[ACCUMULATOR], None, e.bias, e.residual, out, e.counters, e.slot, e.relu, clear=True)
+        elif epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)

@@ -24,10 +24,12 @@ def test_render_sparse_contract():
     assert len(params) == len(emit.CONV_ARGS) == 7  # sizes are constants: pointers, and the relu flag
     assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS
     assert params[6] == "int relu" and all("*" in p for p in params[:6])
-    # 256 channels in tiles of 32: partial sums meet in atomics on a zeroed output; the runtime runs the epilogue
-    assert k.steps[0] == {"op": "memset", "buffer": "output"} and not k.epilogue
-    launch = k.steps[1]
-    assert launch["function"] == k.name and launch["args"] == emit.CONV_ARGS
+    # 256 channels in tiles of 32: partial sums meet in atomics in the runtime's zeroed accumulator, passed
+    # where the output goes; the runtime's epilogue reads them into the output (no memset step)
+    assert len(k.steps) == 1 and not k.epilogue
+    launch = k.steps[0]
+    assert launch["function"] == k.name and launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:]]
+    assert emit.ACCUMULATOR == "accumulator"
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
     assert "atomicAdd(reinterpret_cast<float2*>(output + e), o);" in k.source and "#define NPIX 81" in k.source
     assert "if (relu)" not in k.source
@@ -56,7 +58,7 @@ def test_a_clusters_split_sums_on_chip_with_its_epilogue():
     assert k.source.count("cluster.sync();") == 2                           # 49 x 128 floats fit: one round
     assert "*reinterpret_cast<float4*>(output + e) = o;" in k.source         # N % 4 == 0: float4 sums
     # the same config without `cluster` adds with atomics
-    assert emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 64, 2)).steps[0]["op"] == "memset"
+    assert emit.ACCUMULATOR in emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 64, 2)).steps[0]["args"]
     # rounds: a 1x7 nt 4 tile (896 floats) through 736 floats of staging
     two = emit.render_sparse(ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 1,
                              KernelConfig(1, 7, 128, 32, 4, cluster=True)).source
@@ -103,10 +105,12 @@ def test_render_epilogue():
     name, src = emit.render_epilogue()
     assert name == "snn_epilogue"
     flat = " ".join(src.split())
-    assert ('extern "C" __global__ void __launch_bounds__(1024) snn_epilogue(const float* in, const float* scale, '
+    assert ('extern "C" __global__ void __launch_bounds__(1024) snn_epilogue(float* in, const float* scale, '
             'const float* shift, const float* residual, float* out, unsigned long long* zeros, long long total, '
-            'int C, int relu)') in flat
+            'int C, int relu, int clear)') in flat
     assert "float4" in src and "atomicAdd(zeros" in src
+    # clear: the accumulator read is zeroed before out is stored (in and out may alias: out wins)
+    assert flat.index("if (clear) in[i] = 0.f;") < flat.index("out[i] = v;")
 
 
 # ------------------------------------------------------------------ nvcc

@@ -35,8 +35,8 @@ def test_render_dispatches_and_launch_matches_rules():
     k = emit.render_sparse(S14, 32, cfg)
     assert k.name == cfg.name(S14, 32) and k.source == emit.render_sparse_ws(S14, 32, cfg).source
     r = kernel_rules.ws_params(S14, cfg)
-    assert k.steps[0] == {"op": "memset", "buffer": "output"} and not k.epilogue   # tc 64 < C: atomics
-    assert k.steps[1]["block"] == [32, 4, 1] and k.steps[1]["grid"] == [4, 8, 32] and k.steps[1]["smem"] == r["SMEM"]
+    assert len(k.steps) == 1 and "accumulator" in k.steps[0]["args"] and not k.epilogue   # tc 64 < C: atomics
+    assert k.steps[0]["block"] == [32, 4, 1] and k.steps[0]["grid"] == [4, 8, 32] and k.steps[0]["smem"] == r["SMEM"]
     assert "atomicAdd(reinterpret_cast<float4*>(output + e), o);" in k.source
     assert f"#define KC {r['KC']}" in k.source and f"__launch_bounds__(NTHR, {r['MINB']})" in k.source
     assert r["REG_CAP"] == 128 and r["KC"] == 4                  # 4 blocks of 4 warps: 16 warps an SM

@@ -232,6 +232,38 @@ def test_cuda_backend_runs_steps_in_order_with_pointer_args(tiny):
         be.sparse_conv(kname, bad, inp, w, out, ws, None)
 
 
+def test_cuda_backend_split_adds_into_the_accumulator_and_the_epilogue_clears_it(tiny):
+    """A launch naming `accumulator` gets the backend's one zeroed buffer (no memset step); one epilogue launch
+    then reads it into the output with the conv's epilogue and clear = 1. The buffer only grows, and an outgrown
+    one stays alive (a captured graph may still add into it)."""
+    from snn.codegen import emit
+    from snn.runtime.kernels import ACCUMULATOR
+    assert ACCUMULATOR == emit.ACCUMULATOR
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    be = CudaBackend(dev, cache)
+    k = {"cubin": "/k.cubin", "epilogue": False, "steps": [{"op": "launch", "function": "f", "grid": [1, 1, 1],
+         "block": [32, 1, 1], "args": ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu"]}]}
+    inp, w = torch.ones(2, 8, 4, 4), torch.ones(8, 3, 3, 8)
+    out = torch.full((2, 4, 4, 8), 7.0).permute(0, 3, 1, 2)   # NHWC memory, NCHW-shaped
+    counters, b = torch.zeros(3, dtype=torch.int64), torch.ones(8)
+    be.sparse_conv("k", k, inp, w, out, {}, None, executor.Epilogue(bias=b, relu=True, counters=counters, slot=1))
+    (_, fn, _, _, _, kargs), (_, efn, egrid, _, _, eargs) = dev.calls
+    acc = be.prepare_accumulator(0)
+    assert acc.numel() >= out.numel() and torch.all(acc == 0)
+    # the split does not fuse the epilogue: null / 0 for its arguments
+    assert fn == "f" and [v for v, _ in kargs] == [inp.data_ptr(), w.data_ptr(), acc.data_ptr(), 0, 0, 0, 0]
+    assert torch.all(out == 7.0)   # no memset of the output: the epilogue writes all of it
+    assert efn == "snn_epilogue" and egrid == [math.ceil(out.numel() / 256), 1, 1]
+    assert [v for v, _ in eargs] == [acc.data_ptr(), be._const(1.0, 8).data_ptr(), b.data_ptr(), 0,
+                                     out.data_ptr(), counters.data_ptr() + 8, out.numel(), 8, 1, 1]
+    be.sparse_conv("k", k, inp, w, out, {}, None)   # no epilogue of its own: the sums are still copied out
+    assert [v for v, _ in dev.calls[-1][5]][-1] == 1 and dev.calls[-1][1] == "snn_epilogue"
+    assert be.prepare_accumulator(out.numel() * 3, "cpu").numel() == out.numel() * 3
+    assert be._retired == [acc] and be.prepare_accumulator(5) is not acc
+
+
 def test_cuda_backend_epilogue_signature(tiny):
     dev = RecordingDevice()
     cache = fake_cache(tiny)
@@ -246,8 +278,8 @@ def test_cuda_backend_epilogue_signature(tiny):
     assert grid == [math.ceil(400 / 256), 1, 1]
     vals = [v for v, _ in args]
     assert vals == [x.data_ptr(), s.data_ptr(), t.data_ptr(), r.data_ptr(), x.data_ptr(),
-                    counters.data_ptr() + 24, 400, 8, 1]
-    assert [ty for _, ty in args][-3:] == [ctypes.c_longlong, ctypes.c_int, ctypes.c_int]
+                    counters.data_ptr() + 24, 400, 8, 1, 0]
+    assert [ty for _, ty in args][-4:] == [ctypes.c_longlong, ctypes.c_int, ctypes.c_int, ctypes.c_int]
     be.epilogue(x, s, t, None, x, None, None, False)
     vals = [v for v, _ in dev.calls[-1][5]]
     assert vals[3] == 0 and vals[5] == 0 and vals[-1] == 0

@@ -13,7 +13,8 @@ files you name.
     python tools/fit_costmodel.py holdout BENCH...                 # the current constants, per model and batch
 
 BENCH: JSON written by tools/bench_kernels.py (plain or .gz). One row per (shape, config, batch, level)
-with the kernel's measured time (its steps: memset when tc < C + the conv kernel); the same kernel
+with the kernel's measured time (its steps, and after a split that adds with atomics the epilogue launch
+that reads its sums); the same kernel
 measured in several files is averaged, and a time more than GLITCH times the same kernel's at a lower
 level (a kernel cannot get that much slower when its input gets sparser) is dropped as a glitch.
 """
@@ -134,7 +135,7 @@ def predict(rows: list[dict], model: str, consts: dict | None = None, ws_consts:
         with np.errstate(divide="ignore", invalid="ignore"):
             s3 = stage3(shape, GPU, tab, occ, batch, 1.0 - level, model, np.arange(len(ii)),
                         consts=consts, ws_consts=ws_consts)
-            out[ii] = s3["predicted_us"] - s3.get("epilogue_us", 0.0)
+            out[ii] = s3["predicted_us"]
     return np.where(np.isfinite(out) & (out > 0), out, np.inf)
 
 
@@ -336,7 +337,7 @@ def score_picks(spec: dict, bench: dict) -> str:
 # ---------------------------------------------------------------- fitting
 
 WS_FIXED = ("w_ins",)  # not used by the warp-tiled family
-AROUND = ("epilogue_us", "cluster_us")  # around a split's kernel: kernel benches do not time them
+AROUND = ("epilogue_us", "cluster_us")  # not fitted: the split's epilogue launch (priced as one launch) and a cluster's sum
 
 
 def fit(rows: list[dict], start: dict | None = None, ws: bool = False) -> dict:
