@@ -134,7 +134,7 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
               help="Kernels per layer and level: the model's pick and its next best configs (one of each other "
                    "kernel family first); `snn-run calibrate` measures them on real activations and keeps the fastest.")
 @click.option("--clusters", is_flag=True,
-              help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics, a "
+              help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics and "
                    "an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
 @user_errors
 def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters):
