@@ -6,12 +6,12 @@
   conv's epilogue (executor.Epilogue) goes into the launch of a kernel that fuses it (emit.CONV_ARGS),
   else into one snn_epilogue launch after the steps (`out` then NCHW-shaped, as every epilogue's tensors).
   A channel split that adds with atomics names `accumulator` in its launch: it adds into this backend's
-  zeroed FP32 buffer, and the epilogue launch reads it into `out` and zeroes it again (no memset).
+  zeroed FP32 buffer, and the epilogue launch reads it into `out` and zeroes it again (no memset); a split
+  with an empty epilogue (no bias, residual, ReLU or count: DenseNet's 3x3 convs) adds into `out`, zeroed first.
 """
 from __future__ import annotations
 
 import ctypes
-from types import SimpleNamespace
 
 from .cuda import Device, import_torch
 from .errors import RunError
@@ -33,9 +33,6 @@ def uses_accumulator(kentry: dict) -> bool:
 def workspace(torch, sizes: dict | None, device) -> dict:
     """A kernel's workspace buffers ({name: bytes} from its manifest entry), zeroed."""
     return {k: torch.zeros(max(1, int(v)), dtype=torch.uint8, device=device) for k, v in (sizes or {}).items()}
-
-
-_NO_EPILOGUE = SimpleNamespace(bias=None, residual=None, counters=None, slot=None, relu=False)
 
 
 def _ptr(t) -> int:
@@ -90,9 +87,14 @@ class CudaBackend:
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
-        acc = self.prepare_accumulator(out.numel(), out.device) if uses_accumulator(kentry) else None
-        if acc is not None:  # the split's sums, as out's NCHW-shaped view for the epilogue after the steps
-            bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
+        acc = None
+        if uses_accumulator(kentry):
+            if epi is None or epi.empty:  # nothing to apply: the split adds into out, zeroed first (one fill
+                out.zero_()                 # kernel, cheaper than an epilogue that copies the sums out)
+                bufs[ACCUMULATOR] = out
+            else:  # the split's sums, as out's NCHW-shaped view for the epilogue after the steps
+                acc = self.prepare_accumulator(out.numel(), out.device)
+                bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
         vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0}
         fused = bool(kentry.get("epilogue"))
@@ -121,7 +123,7 @@ class CudaBackend:
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
         if acc is not None:  # the sums into out, the epilogue applied, the accumulator zeroed: one launch
-            e = epi or _NO_EPILOGUE
-            self.epilogue(bufs[ACCUMULATOR], None, e.bias, e.residual, out, e.counters, e.slot, e.relu, clear=True)
+            self.epilogue(bufs[ACCUMULATOR], None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu,
+                          clear=True)
         elif epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)

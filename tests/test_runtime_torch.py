@@ -234,8 +234,9 @@ def test_cuda_backend_runs_steps_in_order_with_pointer_args(tiny):
 
 def test_cuda_backend_split_adds_into_the_accumulator_and_the_epilogue_clears_it(tiny):
     """A launch naming `accumulator` gets the backend's one zeroed buffer (no memset step); one epilogue launch
-    then reads it into the output with the conv's epilogue and clear = 1. The buffer only grows, and an outgrown
-    one stays alive (a captured graph may still add into it)."""
+    then reads it into the output with the conv's epilogue and clear = 1 (a split with an empty epilogue adds
+    into its output, zeroed first). The buffer only grows, and an outgrown one stays alive (a captured graph may
+    still add into it)."""
     from snn.codegen import emit
     from snn.runtime.kernels import ACCUMULATOR
     assert ACCUMULATOR == emit.ACCUMULATOR
@@ -258,8 +259,10 @@ def test_cuda_backend_split_adds_into_the_accumulator_and_the_epilogue_clears_it
     assert efn == "snn_epilogue" and egrid == [math.ceil(out.numel() / 256), 1, 1]
     assert [v for v, _ in eargs] == [acc.data_ptr(), be._const(1.0, 8).data_ptr(), b.data_ptr(), 0,
                                      out.data_ptr(), counters.data_ptr() + 8, out.numel(), 8, 1, 1]
-    be.sparse_conv("k", k, inp, w, out, {}, None)   # no epilogue of its own: the sums are still copied out
-    assert [v for v, _ in dev.calls[-1][5]][-1] == 1 and dev.calls[-1][1] == "snn_epilogue"
+    for e in (None, executor.Epilogue()):   # nothing to apply: it adds into out, zeroed first; no epilogue launch
+        n = len(dev.calls)
+        be.sparse_conv("k", k, inp, w, out, {}, None, e)
+        assert torch.all(out == 0) and len(dev.calls) == n + 1 and dev.calls[-1][5][2][0] == out.data_ptr()
     assert be.prepare_accumulator(out.numel() * 3, "cpu").numel() == out.numel() * 3
     assert be._retired == [acc] and be.prepare_accumulator(5) is not acc
 
