@@ -32,6 +32,17 @@ from .spec import ConvShape
 TEMPLATES = Path(__file__).parent / "templates"
 
 
+# The activations' type per precision: 16-bit kernels read and write 16-bit NHWC tensors (input, residual,
+# a fused output) and keep FP32 weights (holding 16-bit values), FP32 sums and an FP32 accumulator.
+PRECISIONS = {"fp32": "float", "bf16": "__nv_bfloat16", "fp16": "__half"}
+
+
+def kernel_name(shape: ConvShape, batch: int, config: KernelConfig, precision: str = "fp32") -> str:
+    """config.name, with the precision appended where it is not FP32."""
+    base = config.name(shape, batch)
+    return base if precision == "fp32" else f"{base}_{precision}"
+
+
 @dataclass(frozen=True)
 class EmittedKernel:
     name: str
@@ -40,6 +51,7 @@ class EmittedKernel:
     workspace: dict = field(hash=False)
     weight_layout: str = "CRSN"
     epilogue: bool = False   # the launch applies bias / residual / ReLU / zero count itself (CONV_ARGS)
+    precision: str = "fp32"  # the activations' (PRECISIONS)
 
 
 @lru_cache(maxsize=1)
@@ -85,8 +97,8 @@ def used_pixels(shape: ConvShape, cfg: KernelConfig) -> int:
     return sum(1 for lst in tile_taps(shape, cfg) if lst)
 
 
-def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
-    """The classic kernel's compile-time constants (sparse_conv.cu.j2)."""
+def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "fp32") -> dict:
+    """The classic kernel's compile-time constants (sparse_conv.cu.j2); DT: the activations' C type."""
     ih, iw = in_tile(shape, cfg)
     g = cfg.grid(shape, batch)
     npix = ih * iw
@@ -97,7 +109,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 IW=iw, NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
-                **cluster_geometry(shape, cfg))
+                DT=PRECISIONS[precision], **cluster_geometry(shape, cfg))
 
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
@@ -141,7 +153,7 @@ def hoist_default(shape: ConvShape, batch: int, cfg: KernelConfig) -> bool:
 
 # ---------------------------------------------------------------- renderers
 
-def render_sparse(shape: ConvShape, batch: int, config: KernelConfig) -> EmittedKernel:
+def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, precision: str = "fp32") -> EmittedKernel:
     """The fused sparse convolution for one (shape, batch, config), named config.name(shape, batch).
 
     A channel's non-zero pixels are visited by an unrolled pass over all in-tile pixels that feed an
@@ -150,18 +162,25 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig) -> Emitted
     one vector store or sm_90 vector atomic per pixel). At batch 1 (`hoist_default`) every used pixel's
     value of a channel is loaded before its first bit test, so the loads overlap instead of paying one
     shared-memory latency per non-zero pixel.
+
+    precision "bf16" / "fp16" (PRECISIONS): 16-bit activations, FP32 weights and sums; the classic kernel
+    without clusters only.
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    if precision != "fp32" and (config.warp_tiled or config.cluster):
+        raise ValueError(f"{config.tag()}: {precision} kernels are classic kernels without clusters")
     if config.warp_tiled:
         return render_sparse_ws(shape, batch, config)
     check_config(shape, config)
-    g = geometry(shape, batch, config)
-    name = config.name(shape, batch)
+    g = geometry(shape, batch, config, precision)
+    name = kernel_name(shape, batch, config, precision)
     taps = tile_taps(shape, config)
     pixels = [(p, p // 32, p % 32, 1 << (p % 32), lst) for p, lst in enumerate(taps) if lst]
     src = _env().get_template("sparse_conv.cu.j2").render(name=name, g=g, pixels=pixels,
                                                            hoist=hoist_default(shape, batch, config),
                                                            shape_tag=shape.tag(), cfg_tag=config.tag())
-    return _kernel(name, src, g, batch, [config.threads, 1, 1])
+    return _kernel(name, src, g, batch, [config.threads, 1, 1], precision)
 
 
 # The launch arguments of a conv kernel (templates/_epilogue.cu.j2); the runtime passes null for an absent
@@ -175,7 +194,7 @@ CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 ACCUMULATOR = "accumulator"
 
 
-def _kernel(name: str, src: str, g: dict, batch: int, block: list[int]) -> EmittedKernel:
+def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precision: str = "fp32") -> EmittedKernel:
     """One launch that applies the conv's epilogue itself (a cluster's split too: its grid's clusters are
     compiled in, __cluster_dims__); a channel split that adds with atomics adds into the runtime's
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
@@ -184,7 +203,7 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int]) -> Emitt
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args}]
-    return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split)
+    return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split, precision=precision)
 
 
 def render_epilogue() -> tuple[str, str]:
@@ -220,7 +239,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb,
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
-                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], **cluster_geometry(shape, cfg),
+                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float", **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 

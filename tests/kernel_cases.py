@@ -89,3 +89,16 @@ def warp_tiled_cases() -> list[tuple]:
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 128, 32, 8, 2, 2)),
              (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2))]
     return [(emit.render_sparse(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
+
+
+def sixteen_bit_cases() -> list[tuple]:
+    """16-bit activations (BF16 and FP16; FP32 weights and sums): atomics into the FP32 accumulator and fused
+    16-bit stores with a 16-bit residual, nt 1 (strided), 2, 4 and 8, cp.async tiles (C % 8 == 0) and plain
+    copies (ragged C 20), hoisted (batch 1) and plain loads (batch 3), strides 1 and 2."""
+    cases = [(ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 32, 64, 4)),
+             (ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(2, 4, 256, 32, 8)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 256, 64, 2)),
+             (ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 16, 32, 2)),
+             (ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), KernelConfig(3, 4, 20, 32, 1)),
+             (ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), KernelConfig(3, 4, 8, 32, 2))]
+    return [(emit.render_sparse(sh, b, cfg, p), sh, b) for p in ("bf16", "fp16") for sh, cfg in cases for b in (1, 3)]

@@ -4,7 +4,7 @@ import re
 import shutil
 
 import pytest
-from kernel_cases import RESNET50, cluster_cases, example_configs, resnet50_cases
+from kernel_cases import RESNET50, cluster_cases, example_configs, resnet50_cases, sixteen_bit_cases
 from nvcc_units import compile_units
 
 from snn.codegen import emit
@@ -75,6 +75,42 @@ def test_cluster_kernels_compile_without_spills():
     report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
     assert set(report) == {k.name for k in kernels}
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
+def test_sixteen_bit_kernels_compile_without_spills():
+    kernels = [k for k, _, _ in sixteen_bit_cases()]
+    report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
+    assert set(report) == {k.name for k in kernels}
+    assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+
+
+def test_sixteen_bit_render():
+    """16-bit activations: the name says the precision; the input tile is 16-bit (cp.async 8 values a copy where
+    C % 8 == 0, plain 2-byte copies otherwise), tested by its bits without the sign; a fused store rounds to 16
+    bits and counts the zeros stored, with a 16-bit residual; a split adds into the FP32 accumulator."""
+    s1 = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    split = emit.render_sparse(s1, 1, KernelConfig(1, 7, 32, 64, 4), "bf16")
+    assert split.name == KernelConfig(1, 7, 32, 64, 4).name(s1, 1) + "_bf16" and split.precision == "bf16"
+    assert split.name == emit.kernel_name(s1, 1, KernelConfig(1, 7, 32, 64, 4), "bf16")
+    assert "const __nv_bfloat16* __restrict__ input" in split.source and "float* __restrict__ output" in split.source
+    assert "__shared__ __align__(16) __nv_bfloat16 xs[NPIX * KC];" in split.source
+    assert "snn_cp16(xs + e * 8," in split.source and "& 0x7fffu) != 0u) m |= 1u << k;" in split.source
+    assert "ld.volatile.shared.u16" in split.source and "snn_bf2f(xh" in split.source       # batch 1: hoisted
+    assert "atomicAdd(reinterpret_cast<float4*>(output + e), o);" in split.source and not split.epilogue
+    assert emit.ACCUMULATOR in split.steps[0]["args"]
+    fused = emit.render_sparse(ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), 3, KernelConfig(2, 4, 256, 32, 8),
+                               "fp16")
+    assert "__half* __restrict__ output" in fused.source and "const __half* __restrict__ residual" in fused.source
+    assert "cnt += snn_st16(output + e, o);" in fused.source and "snn_ld16(residual + e, o)" in fused.source
+    assert "snn_h2f(reinterpret_cast<const unsigned short*>(xc)" in fused.source and fused.epilogue   # batch 3
+    ragged = emit.render_sparse(ConvShape(20, 40, 9, 11, 3, 3, (2, 2), (1, 1)), 1, KernelConfig(3, 4, 20, 32, 1), "bf16")
+    assert "snn_cp16(xs" not in ragged.source and "reinterpret_cast<unsigned short*>(xs)[e] =" in ragged.source
+    for cfg in (KernelConfig(4, 4, 64, 32, 4, 2, 2), KernelConfig(7, 7, 32, 64, 2, cluster=True)):
+        with pytest.raises(ValueError, match="classic kernels without clusters"):
+            emit.render_sparse(S3, 1, cfg, "fp16")
+    with pytest.raises(ValueError, match="precision must be one of"):
+        emit.render_sparse(S3, 1, KernelConfig(7, 7, 32, 64, 2), "fp8")
 
 
 def test_pixels_that_feed_no_output_are_not_tested():

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
-from kernel_cases import classic_cases, cluster_cases, warp_tiled_cases  # noqa: E402
+from kernel_cases import classic_cases, cluster_cases, sixteen_bit_cases, warp_tiled_cases  # noqa: E402
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -55,3 +55,9 @@ def test_cluster_kernels_match_float64(runner):
 def test_epilogue_matches_torch(runner):
     rows = runner.check_epilogue()
     assert rows and all(r["ok"] for r in rows), rows
+
+
+def test_sixteen_bit_kernels_match_float64(runner):
+    """BF16 and FP16 activations: fused 16-bit stores within one rounding of float64 on the same 16-bit inputs
+    (and their zero count exact), splits' FP32 sums within TOLERANCE."""
+    _assert_match(runner, sixteen_bit_cases())
