@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -267,8 +268,12 @@ def run_main():
 @click.option("--compare-dense", is_flag=True,
               help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
                    "and print both.")
+@click.option("--devices", default=None, type=click.IntRange(min=1),
+              help="Classify on this many GPUs of this machine: runs this command under torchrun, each GPU a "
+                   "shard of the folder, one merged output (the same as `torchrun --nproc-per-node N snn-run "
+                   "infer ...`).")
 def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph, tuning_path,
-              compare_dense):
+              compare_dense, devices):
     """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...); without IMAGE_DIR, the
     five sample photos that ship with snn.
 
@@ -278,13 +283,37 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     """
     from snn.runtime.errors import RunError
     from snn.runtime.infer import infer_command
+    if devices is not None:
+        if "WORLD_SIZE" in os.environ:
+            raise click.ClickException("--devices starts torchrun itself: leave it out under torchrun")
+        from snn.runtime.distributed import torchrun_argv
+        argv = torchrun_argv(devices, _without_option(sys.argv, "--devices"))
+        try:
+            os.execv(argv[0], argv)
+        except OSError as e:
+            raise click.ClickException(f"cannot start torchrun ({' '.join(argv[:3])}): {e.strerror or e}") from None
     try:
         from snn.runtime.images import SAMPLES_DIR
         code = infer_command(image_dir or str(SAMPLES_DIR), spec, cache_dir, gpu, batch, weights, output, top, trace,
                              force, seed, graph, tuning_path, compare_dense)
     except (RunError, SpecError) as e:
+        if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same mistake: rank 0 says it
+            sys.exit(1)
         raise click.ClickException(str(e)) from None
     sys.exit(code)
+
+
+def _without_option(argv: list[str], name: str) -> list[str]:
+    """argv without `name VALUE` / `name=VALUE`."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == name:
+            skip = True
+        elif not a.startswith(name + "="):
+            out.append(a)
+    return out
 
 
 # -- calibrate and bench (runtime/calibrate.py, runtime/measure/) ---------------------------------------

@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import csv
-import sys
 import json
+import os
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -190,11 +191,20 @@ def format_summary(result: Result) -> str:
             f"({s['sparse_share']:.1%}); {s['skipped']} file(s) skipped")
 
 
-def write_output(result: Result, path: str, top: int) -> None:
+def write_output(result: Result, path: str, top: int, ranks: list[dict] | None = None) -> None:
+    """The predictions as CSV or JSON (ranks: each GPU's share of a torchrun job, JSON only), written to a
+    temporary file first: an interrupted write leaves no half file."""
     out = Path(path)
-    if out.suffix.lower() == ".json":
+    tmp = out.with_name(f".{out.name}.tmp")
+    _write(result, out.suffix.lower(), tmp, top, ranks)
+    os.replace(tmp, out)
+
+
+def _write(result: Result, suffix: str, out: Path, top: int, ranks: list[dict] | None) -> None:
+    if suffix == ".json":
         doc = {"network": result.network, "manifest": result.manifest, "batch": result.batch,
                "force": result.force, "warning": result.warning, "summary": result.summary(),
+               **({"ranks": ranks} if ranks is not None else {}),
                "images": [{"path": p.path, "top": [{"index": i, "label": l, "probability": q} for i, l, q in p.top]}
                           for p in result.predictions],
                "skipped": [asdict(s) for s in result.skipped],
@@ -203,14 +213,14 @@ def write_output(result: Result, path: str, top: int) -> None:
                            "kernels": s.kernels} for s in result.layers]}
         text = json.dumps(doc, indent=1)
         out.write_text(text + "\n")
-    elif out.suffix.lower() == ".csv":
+    elif suffix == ".csv":
         with out.open("w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["path"] + [f"{c}{k}" for k in range(1, top + 1) for c in ("label", "index", "prob")])
             for p in result.predictions:
                 w.writerow([p.path] + [x for i, l, q in p.top for x in (l, i, f"{q:.6f}")])
     else:
-        raise RunError(f"--output {path}: unknown format, use a .csv or .json file name")
+        raise RunError(f"--output {out}: unknown format, use a .csv or .json file name")
 
 
 OUTPUT_SUFFIXES = (".csv", ".json")
@@ -248,9 +258,14 @@ def compare_dense(session: Session, args: tuple, paths: list[Path]) -> str:
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int | None, weights: str | None,
                   output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
                   tuning: str | None = None, compare: bool = False) -> int:
-    """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError."""
+    """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError. Under torchrun
+    (WORLD_SIZE set) each rank classifies its shard and rank 0 reports (runtime/distributed.py)."""
     import click
 
+    from . import distributed
+    world = distributed.World.from_env()
+    if world is not None and compare:
+        raise RunError("--compare-dense times one GPU: run it without torchrun")
     if output and Path(output).suffix.lower() not in OUTPUT_SUFFIXES:
         raise RunError(f"--output {output}: unknown format, use a .csv or .json file name")
     load_spec(spec)  # spec mistakes first: they need neither torch nor a GPU
@@ -262,27 +277,41 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
         raise RunError(f"{image_dir}: no image files found (looked for {', '.join(sorted(images.IMAGE_SUFFIXES))})")
     from .cuda import import_torch, require_gpu
     require_gpu()
-    import_torch()
+    torch = import_torch()
     images._pil()
     args = (spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)
+
+    def report(result: Result, rank_lines=(), ranks=None) -> int:
+        for line in format_predictions(result):
+            click.echo(line)
+        if trace:
+            click.echo("")
+            for line in format_trace(result):
+                click.echo(line)
+        for s in result.skipped:
+            click.echo(f"skipped {s.path}: {s.reason}", err=True)
+        click.echo(format_summary(result))
+        for line in rank_lines:
+            click.echo(line)
+        if compare:
+            click.echo(compare_dense(session, args, paths))
+        if output:
+            write_output(result, output, top, ranks)
+            click.echo(f"wrote {output}")
+        return EXIT_SKIPPED if result.skipped else 0
+
+    if world is not None:
+        def make_session():
+            n = torch.cuda.device_count()
+            if world.local_rank >= n:
+                raise RunError(f"LOCAL_RANK {world.local_rank} has no GPU: {n} visible on this machine")
+            torch.cuda.set_device(world.local_rank)
+            return Session(*args)
+        return distributed.run(world, paths, skipped, make_session, top, report, label=load_spec(spec).name)
     session = Session(*args)
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
     with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
                            file=sys.stderr) as bar:
         result = session.run(paths, skipped, top, progress=bar.update)
-    for line in format_predictions(result):
-        click.echo(line)
-    if trace:
-        click.echo("")
-        for line in format_trace(result):
-            click.echo(line)
-    for s in result.skipped:
-        click.echo(f"skipped {s.path}: {s.reason}", err=True)
-    click.echo(format_summary(result))
-    if compare:
-        click.echo(compare_dense(session, args, paths))
-    if output:
-        write_output(result, output, top)
-        click.echo(f"wrote {output}")
-    return EXIT_SKIPPED if result.skipped else 0
+    return report(result)
