@@ -13,7 +13,7 @@ run() { local name=$1; shift; echo "== $name: $*"; "$@" > "$out/$name.log" 2>&1;
 {
   snn-codegen build resnet152 --gpu h100 --batch 8 -j 16 2>&1 | tail -1
   run plain snn-run infer "$photos" --spec resnet152 --batch 8 --output "$out/plain.csv"
-  run torchrun1 torchrun --standalone --nproc-per-node 1 --no-python snn-run infer "$photos" --spec resnet152 \
+  run torchrun1 python3 -m torch.distributed.run --standalone --nproc-per-node 1 --no-python snn-run infer "$photos" --spec resnet152 \
       --batch 8 --output "$out/torchrun1.csv"
   run devices1 snn-run infer "$photos" --spec resnet152 --batch 8 --devices 1 --output "$out/devices1.json"
   python3 "$here/compare.py" "$out/plain.csv" "$out/torchrun1.csv" "$out/devices1.json"
