@@ -286,12 +286,8 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     if devices is not None:
         if "WORLD_SIZE" in os.environ:
             raise click.ClickException("--devices starts torchrun itself: leave it out under torchrun")
-        from snn.runtime.distributed import torchrun_argv
-        argv = torchrun_argv(devices, _without_option(sys.argv, "--devices"))
-        try:
-            os.execv(argv[0], argv)
-        except OSError as e:
-            raise click.ClickException(f"cannot start torchrun ({' '.join(argv[:3])}): {e.strerror or e}") from None
+        from snn.runtime.distributed import run_torchrun
+        sys.exit(run_torchrun(devices, _without_option(sys.argv, "--devices")))
     try:
         from snn.runtime.images import SAMPLES_DIR
         code = infer_command(image_dir or str(SAMPLES_DIR), spec, cache_dir, gpu, batch, weights, output, top, trace,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .errors import RunError
 from .images import Skipped
-from .infer import LayerStats, Result
+from .infer import EXIT_SKIPPED, LayerStats, Result
 
 _DONE, _FINISHED = "snn_infer/images_done", "snn_infer/ranks_finished"
 
@@ -194,9 +194,33 @@ def run(world: World, paths: list[Path], found_skipped: list[Skipped], make_sess
                 result = merge(parts, paths, found_skipped)
                 code[0] = report(result, rank_lines(parts, result), rank_summary(parts))
         dist.broadcast_object_list(code, src=0)
+        if os.environ.get(EXIT_FILE) and code[0] == EXIT_SKIPPED:  # started by --devices: through the file
+            if world.rank == 0:
+                Path(os.environ[EXIT_FILE]).write_text(str(EXIT_SKIPPED))
+            return 0
         return code[0]
     finally:
         dist.destroy_process_group()
+
+
+# Set by run_torchrun: rank 0 writes the job's exit code here, and a job that only skipped files exits 0 to
+# torchrun (which reports any other code as a failed worker), so that `--devices` still exits 3 for it.
+EXIT_FILE = "SNN_INFER_EXIT_FILE"
+
+
+def run_torchrun(devices: int, argv: list[str]) -> int:
+    """`snn-run infer --devices N`: this command line (argv, without --devices) under torchrun; its exit code."""
+    import subprocess
+    import tempfile
+    cmd = torchrun_argv(devices, argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        code_file = Path(tmp) / "exit"
+        try:
+            rc = subprocess.call(cmd, env={**os.environ, EXIT_FILE: str(code_file)})
+        except OSError as e:
+            raise RunError(f"cannot start torchrun ({' '.join(cmd[:3])}): {e.strerror or e}") from None
+        recorded = code_file.read_text().strip() if code_file.exists() else ""
+    return int(recorded) if rc == 0 and recorded.isdigit() else rc
 
 
 def torchrun_argv(devices: int, argv: list[str]) -> list[str]:

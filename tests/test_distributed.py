@@ -123,14 +123,23 @@ def _folder(tmp_path):
     return d
 
 
-def _job(folder, out, world, fail=-1):
+def test_devices_exit_code_comes_through_torchrun(monkeypatch, tmp_path):
+    """torchrun reports any non-zero worker as failed: under --devices a job that only skipped files exits 0 to it
+    and rank 0 leaves 3 in the exit file, which run_torchrun returns; other codes pass through."""
+    for script, want in (("open(os.environ['SNN_INFER_EXIT_FILE'], 'w').write('3')", 3), ("sys.exit(1)", 1), ("", 0)):
+        monkeypatch.setattr(distributed, "torchrun_argv",
+                            lambda n, argv, s=script: [sys.executable, "-c", f"import os, sys; {s}"])
+        assert distributed.run_torchrun(2, ["snn-run", "infer"]) == want
+
+
+def _job(folder, out, world, fail=-1, env_extra=None):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     procs = []
     for r in range(world):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(world),
-                   LOCAL_RANK=str(r))
+                   LOCAL_RANK=str(r), **(env_extra or {}))
         procs.append(subprocess.Popen([sys.executable, str(WORKER), str(folder), str(out), str(fail)], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     codes = [p.wait(timeout=120) for p in procs]
@@ -158,6 +167,9 @@ def test_three_ranks_merge_into_the_folder_order_of_one(tmp_path):
         {"path": str(folder / "broken5.png"), "reason": "cannot decode"}]
     assert [(r["rank"], r["images"]) for r in three["ranks"]] == [(0, 3), (1, 3), (2, 3)]
     assert three["layers"][0]["runs"] == 10
+    exit_file = tmp_path / "exit"
+    codes, _ = _job(folder, tmp_path / "again.json", 2, env_extra={distributed.EXIT_FILE: str(exit_file)})
+    assert codes == [0, 0] and exit_file.read_text() == "3"   # as under --devices
     printed = ranks3[0]["printed"]
     assert "3 GPUs: 9 images in 0.50 s (18.0 images/s)" in printed
     assert sum(line.startswith("skipped ") for line in printed) == 2

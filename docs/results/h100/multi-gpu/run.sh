@@ -1,6 +1,6 @@
 #!/bin/bash
 # snn-run infer under torchrun on the GPUs of one machine: world size 1 against plain infer (the same predictions),
-# then images/s on 1, 2, 4, ... GPUs (as many as the machine has) over a folder of COPIES copies of the photos.
+# (a second plain run gives the run-to-run variation), then images/s on 1, 2, 4, ... GPUs (as many as the machine has) over a folder of COPIES copies of the photos.
 #   bash docs/results/h100/multi-gpu/run.sh OUT PHOTO_DIR [COPIES]
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build (all hits here).
 set -uo pipefail
@@ -13,10 +13,11 @@ run() { local name=$1; shift; echo "== $name: $*"; "$@" > "$out/$name.log" 2>&1;
 {
   snn-codegen build resnet152 --gpu h100 --batch 8 -j 16 2>&1 | tail -1
   run plain snn-run infer "$photos" --spec resnet152 --batch 8 --output "$out/plain.csv"
+  run plain2 snn-run infer "$photos" --spec resnet152 --batch 8 --output "$out/plain2.csv"   # run-to-run variation
   run torchrun1 python3 -m torch.distributed.run --standalone --nproc-per-node 1 --no-python snn-run infer "$photos" --spec resnet152 \
       --batch 8 --output "$out/torchrun1.csv"
   run devices1 snn-run infer "$photos" --spec resnet152 --batch 8 --devices 1 --output "$out/devices1.json"
-  python3 "$here/compare.py" "$out/plain.csv" "$out/torchrun1.csv" "$out/devices1.json"
+  python3 "$here/compare.py" "$out/plain.csv" "$out/plain2.csv" "$out/torchrun1.csv" "$out/devices1.json"
   big=$(mktemp -d); i=0
   for c in $(seq "$copies"); do for f in "$photos"/*; do i=$((i + 1)); ln -s "$f" "$big/$(printf %05d $i)_$(basename "$f")"; done; done
   echo "throughput folder: $i files ($copies copies of $photos)"
