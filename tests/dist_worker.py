@@ -5,7 +5,6 @@ would): runtime.distributed.run over gloo with a session that classifies by file
 Every rank writes its exit code and what it printed to OUT.rank<R>.txt; rank 0's report writes OUT.json.
 """
 import json
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
