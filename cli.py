@@ -268,12 +268,16 @@ def run_main():
 @click.option("--compare-dense", is_flag=True,
               help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
                    "and print both.")
+@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]),
+              help="fp32: exact, the sparse kernels where they pay; bf16 / fp16: every conv on cuDNN's tensor cores "
+                   "with its bias, residual and ReLU fused into one call (no sparse path in 16 bits: measured "
+                   "slower, docs/performance.md).")
 @click.option("--devices", default=None, type=click.IntRange(min=1),
               help="Classify on this many GPUs of this machine: runs this command under torchrun, each GPU a "
                    "shard of the folder, one merged output (the same as `torchrun --nproc-per-node N snn-run "
                    "infer ...`).")
 def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trace, force, seed, graph, tuning_path,
-              compare_dense, devices):
+              compare_dense, precision, devices):
     """Classify every image under IMAGE_DIR (recursively: JPEG, PNG, BMP, WebP, ...); without IMAGE_DIR, the
     five sample photos that ship with snn.
 
@@ -291,7 +295,7 @@ def infer_cmd(image_dir, spec, cache_dir, gpu, batch, weights, output, top, trac
     try:
         from snn.runtime.images import SAMPLES_DIR
         code = infer_command(image_dir or str(SAMPLES_DIR), spec, cache_dir, gpu, batch, weights, output, top, trace,
-                             force, seed, graph, tuning_path, compare_dense)
+                             force, seed, graph, tuning_path, compare_dense, precision)
     except (RunError, SpecError) as e:
         if os.environ.get("RANK", "0") != "0":  # under torchrun every rank meets the same mistake: rank 0 says it
             sys.exit(1)

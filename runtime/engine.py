@@ -54,15 +54,24 @@ class Engine:
     tuning: the tuning file to merge (default: the bundle's tuning.json if present; False: none).
     device: a runtime.cuda.Device already made (default: one for the current CUDA device).
     force: 'auto' (per layer from the zero counter), 'dense' or 'sparse' everywhere.
+    precision: 'fp32' (exact), or 'bf16' / 'fp16': every conv on cuDNN's tensor cores with its bias, residual and
+    ReLU fused into the call, the logits in that precision (runtime/executor.py; force is then 'dense').
     """
 
     def __init__(self, bundle: str | Path, weights: str | None = None, batch: int | None = None,
                  graph: bool = True, tuning: str | Path | bool | None = None, force: str = "auto",
-                 trace: bool = False, seed: int = 0, spec: str | Path | None = None, device=None):
+                 trace: bool = False, seed: int = 0, spec: str | Path | None = None, device=None,
+                 precision: str = "fp32"):
         from . import manifest, weights as weights_mod
         from .cuda import Device
-        from .executor import Executor
+        from .executor import PRECISIONS, Executor, TorchBackend
         from .kernels import CudaBackend
+        if precision not in PRECISIONS:
+            raise RunError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision != "fp32":
+            if force == "sparse":
+                raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
+            force = "dense"
         folder = bundle_dir(bundle)
         self.spec_path = str(spec or bundle_spec(folder))
         self.net: Network = load_spec(self.spec_path)
@@ -70,12 +79,13 @@ class Engine:
         batch = default_batch(folder) if batch is None else batch
         if batch < 1:
             raise RunError(f"batch must be at least 1, got {batch}")
-        self.batch, self.force = batch, force
+        self.batch, self.force, self.precision = batch, force, precision
         self.cache = manifest.load(folder / bundle_format.MANIFEST, self.net, self.spec_path, batch,
                                    self.device.compute_capability, tuning_path=tuning)
         sd, self.class_names, self.warning = weights_mod.load(self.net, weights, seed, device="cuda")
-        self.executor = Executor(self.net, sd, CudaBackend(self.device, self.cache), self.cache,
-                                 "cuda", force, trace)
+        # 16 bits: cuDNN does the convs' epilogues; DenseNet's BN + ReLU runs as torch ops
+        backend = CudaBackend(self.device, self.cache) if precision == "fp32" else TorchBackend()
+        self.executor = Executor(self.net, sd, backend, self.cache, "cuda", force, trace, precision)
         self.graph = None
         if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)
             from .graph import GraphRunner, GraphUnavailable

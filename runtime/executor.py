@@ -126,16 +126,27 @@ class TorchBackend:
         """Nothing to make: the emulation computes into the output."""
 
 
+PRECISIONS = ("fp32", "bf16", "fp16")
+
+
 class Executor:
     """One network lowered (its weights on the device) and run pass by pass.
 
     cache: a manifest.Cache (or None: everything dense). force: 'auto' | 'dense' | 'sparse'.
+    precision: 'fp32' (exact: the sparse kernels and cuDNN with TF32 off), or 'bf16' / 'fp16': activations and
+    weights in 16 bits, every conv dense on cuDNN's tensor cores with its bias, residual and ReLU fused into the
+    one cuDNN call (force must be 'dense': the 16-bit sparse kernel lost to them on every measured layer,
+    docs/performance.md).
     """
 
     def __init__(self, net: Network, weights: dict, backend, cache=None, device="cuda",
-                 force: str = "auto", trace: bool = False):
+                 force: str = "auto", trace: bool = False, precision: str = "fp32"):
         if force not in dispatch.FORCE_MODES:
             raise RunError(f"the path must be one of {', '.join(dispatch.FORCE_MODES)}, got {force!r}")
+        if precision not in PRECISIONS:
+            raise RunError(f"the precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        if precision != "fp32" and force != "dense":
+            raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
         torch = self.torch = import_torch()
         self.net, self.backend, self.cache, self.device = net, backend, cache, torch.device(device)
         self.force, self.trace = force, trace
@@ -143,7 +154,11 @@ class Executor:
             torch.backends.cudnn.allow_tf32 = False
             torch.backends.cuda.matmul.allow_tf32 = False
         self.convs = {c.name: c for c in net.convs}
+        self.precision = precision
+        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
         self.program: Program = lower(net, weights, self.device)
+        if precision != "fp32":
+            _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
         self._workspace_cache: dict[str, dict] = {}
         self.last_trace: list[LayerTrace] = []
@@ -198,14 +213,38 @@ class Executor:
                                  self.convs[op.name].shape, epi)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
-        """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call)."""
+        """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits
+        one fused cuDNN call (dense_conv16)."""
         torch, F = self.torch, self.torch.nn.functional
-        shape = self.convs[op.name].shape
+        conv = self.convs[op.name]
+        shape = conv.shape
+        if self.precision != "fp32":
+            return self.dense_conv16(op, inp, epi)
         if epi.bias_only:
-            return F.conv2d(inp, op.attrs["weight"], epi.bias, shape.stride, shape.padding)
-        y = F.conv2d(inp, op.attrs["weight"], None, shape.stride, shape.padding)
+            return F.conv2d(inp, op.attrs["weight"], epi.bias, shape.stride, shape.padding, 1, conv.groups)
+        y = F.conv2d(inp, op.attrs["weight"], None, shape.stride, shape.padding, 1, conv.groups)
         y = y.contiguous(memory_format=torch.channels_last)
         self.backend.epilogue(y, None, epi.bias, epi.residual, y, epi.counters, epi.slot, epi.relu)
+        return y
+
+    def dense_conv16(self, op: Op, inp, epi: Epilogue):
+        """conv + bias (+ residual) + ReLU as one cuDNN call on the tensor cores (torch.cudnn_convolution_relu /
+        _add_relu: cuDNN's fused graph), NHWC; zeros counted with torch where a counter asks (--trace)."""
+        torch, F = self.torch, self.torch.nn.functional
+        conv = self.convs[op.name]
+        s, w = conv.shape, op.attrs["weight"]
+        inp = inp.contiguous(memory_format=torch.channels_last)
+        if epi.relu and epi.residual is not None:
+            y = torch.cudnn_convolution_add_relu(inp, w, epi.residual, 1.0, epi.bias, s.stride, s.padding, (1, 1),
+                                                 conv.groups)
+        elif epi.relu:
+            y = torch.cudnn_convolution_relu(inp, w, epi.bias, s.stride, s.padding, (1, 1), conv.groups)
+        else:
+            y = F.conv2d(inp, w, epi.bias, s.stride, s.padding, 1, conv.groups)
+            if epi.residual is not None:
+                y = y + epi.residual
+        if epi.counters is not None:
+            epi.counters[epi.slot] += (y == 0).sum()
         return y
 
     def epilogue_of(self, op: Op, env: dict, counters) -> Epilogue:
@@ -239,7 +278,7 @@ class Executor:
                 counters.zero_()  # a memset node: every replay starts from zero
         else:
             counters = torch.zeros(max(1, len(prog.slots)), dtype=torch.int64, device=self.device) if count else None
-        env = {prog.input_name: x.to(self.device, torch.float32).contiguous(memory_format=cl)}
+        env = {prog.input_name: x.to(self.device, self.dtype).contiguous(memory_format=cl)}
         trace: list[LayerTrace] = []
         sync = self.trace and self.device.type == "cuda" and capture is None
         be = self.backend
@@ -324,6 +363,16 @@ class Executor:
         if sync:
             self.torch.cuda.synchronize()
         return (time.perf_counter() - t0) * 1e3
+
+
+def _cast(prog: Program, dtype) -> None:
+    """The program's weights, biases and epilogue vectors in `dtype` (16-bit precisions)."""
+    for op in prog.ops:
+        for attrs in (op.attrs, op.attrs.get("epilogue") or {}):
+            for k in ("weight", "bias", "scale", "shift"):
+                t = attrs.get(k)
+                if t is not None and hasattr(t, "to"):
+                    attrs[k] = t.to(dtype)
 
 
 def apply_node(torch, n, v: list, p):

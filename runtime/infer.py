@@ -93,7 +93,8 @@ class Session:
     """An Engine (runtime/engine.py) for the bundle of this spec and GPU, and a folder to classify."""
 
     def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int | None, weights_arg: str | None,
-                 force: str, trace: bool, seed: int = 0, graph: bool = True, tuning: str | None = None):
+                 force: str, trace: bool, seed: int = 0, graph: bool = True, tuning: str | None = None,
+                 precision: str = "fp32"):
         from . import manifest
         from .cuda import Device
         from .engine import Engine
@@ -103,7 +104,7 @@ class Session:
         dev = Device()
         path = manifest.locate(cache_dir, net, spec, gpu, batch or 1, dev.name, dev.compute_capability)
         self.engine = Engine(path.parent, weights_arg, batch, graph, tuning, force, trace, seed, spec=spec,
-                             device=dev)
+                             device=dev, precision=precision)
         e = self.engine
         self.net, self.device, self.cache, self.executor, self.graph = e.net, e.device, e.cache, e.executor, e.graph
         self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, e.batch, force
@@ -257,7 +258,7 @@ def compare_dense(session: Session, args: tuple, paths: list[Path]) -> str:
 
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int | None, weights: str | None,
                   output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
-                  tuning: str | None = None, compare: bool = False) -> int:
+                  tuning: str | None = None, compare: bool = False, precision: str = "fp32") -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError. Under torchrun
     (WORLD_SIZE set) each rank classifies its shard and rank 0 reports (runtime/distributed.py)."""
     import click
@@ -266,6 +267,8 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     world = distributed.World.from_env()
     if world is not None and compare:
         raise RunError("--compare-dense times one GPU: run it without torchrun")
+    if precision != "fp32" and compare:
+        raise RunError(f"--compare-dense compares with cuDNN FP32: run it with --precision fp32, not {precision}")
     if output and Path(output).suffix.lower() not in OUTPUT_SUFFIXES:
         raise RunError(f"--output {output}: unknown format, use a .csv or .json file name")
     load_spec(spec)  # spec mistakes first: they need neither torch nor a GPU
@@ -279,7 +282,7 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     require_gpu()
     torch = import_torch()
     images._pil()
-    args = (spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning)
+    args = (spec, cache_dir, gpu, batch, weights, force, trace, seed, graph, tuning, precision)
 
     def report(result: Result, rank_lines=(), ranks=None) -> int:
         for line in format_predictions(result):

@@ -244,6 +244,23 @@ def test_infer_bad_output_suffix(tmp_path):
 def test_infer_bad_force_and_batch(tmp_path):
     assert _infer(str(tmp_path), "--spec", SPEC, "--path", "fast").exit_code == 2
     assert _infer(str(tmp_path), "--spec", SPEC, "--batch", "0").exit_code == 2
+    assert _infer(str(tmp_path), "--spec", SPEC, "--precision", "fp8").exit_code == 2
+    assert _infer(str(tmp_path), "--spec", SPEC, "--devices", "0").exit_code == 2
+
+
+def test_infer_refuses_what_16_bits_and_torchrun_cannot_do(tmp_path, monkeypatch):
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    r = _infer(str(tmp_path), "--spec", SPEC, "--precision", "bf16", "--compare-dense")
+    assert r.exit_code == 1 and "compares with cuDNN FP32: run it with --precision fp32, not bf16" in r.output
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    r = _infer(str(tmp_path), "--spec", SPEC, "--compare-dense")
+    assert r.exit_code == 1 and "times one GPU: run it without torchrun" in r.output
+    r = _infer(str(tmp_path), "--spec", SPEC, "--devices", "2")
+    assert r.exit_code == 1 and "leave it out under torchrun" in r.output
+    monkeypatch.setenv("RANK", "1")   # every rank meets the mistake; only rank 0 prints it
+    r = _infer(str(tmp_path), "--spec", SPEC, "--compare-dense")
+    assert r.exit_code == 1 and r.output == ""
 
 
 def test_infer_without_a_gpu_says_so_before_anything_about_torch(tmp_path, monkeypatch):

@@ -353,3 +353,38 @@ def test_session_run_batches_pads_and_skips(tiny, tmp_path):
     assert rows[0].startswith("path,label1,index1,prob1,label2") and len(rows) == 5
     assert "4 images" in infer.format_summary(r) and "2 file(s) skipped" in infer.format_summary(r)
     assert len(infer.format_trace(r)) == 1 + len(tiny224.convs)
+
+
+def test_sixteen_bit_executor_fuses_each_conv_into_one_cudnn_call(tiny, monkeypatch):
+    """bf16: every weight, bias and activation in bf16; a conv followed by ReLU is one cudnn_convolution_relu call,
+    one followed by a residual add and ReLU one cudnn_convolution_add_relu (here stand-ins of the CUDA-only ops);
+    the logits match float64 within bf16's rounding; 16 bits refuse the sparse path."""
+    F = torch.nn.functional
+    calls = []
+
+    def conv_relu(x, w, b, s, p, d, g):
+        assert x.dtype == w.dtype == b.dtype == torch.bfloat16
+        calls.append(("relu", tuple(w.shape)))
+        return torch.relu(F.conv2d(x, w, b, s, p, d, g))
+
+    def conv_add_relu(x, w, z, alpha, b, s, p, d, g):
+        assert z.dtype == torch.bfloat16 and alpha == 1.0
+        calls.append(("add_relu", tuple(w.shape)))
+        return torch.relu(F.conv2d(x, w, b, s, p, d, g) + z)
+
+    monkeypatch.setattr(torch, "cudnn_convolution_relu", conv_relu, raising=False)
+    monkeypatch.setattr(torch, "cudnn_convolution_add_relu", conv_add_relu, raising=False)
+    sd = weights.random_init(tiny, seed=1)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force="dense", precision="bf16")
+    x = torch.randn(2, 3, 20, 20)
+    y = ex.forward(x)
+    ref = executor.reference(tiny, sd, x.double())
+    assert y.dtype == torch.bfloat16 and rel_err(y.float(), ref) < 0.05
+    # conv1, b.conv1, c.conv: conv + bias + ReLU; b.conv2: + the residual b.downbn; b.down, d.conv, e.conv: plain
+    assert sorted(calls) == [("add_relu", (16, 8, 1, 1)), ("relu", (8, 3, 3, 3)), ("relu", (8, 8, 3, 3)),
+                             ("relu", (8, 16, 3, 3))]
+    for force in ("auto", "sparse"):
+        with pytest.raises(RunError, match="sparse path needs fp32"):
+            executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force=force, precision="fp16")
+    with pytest.raises(RunError, match="precision must be one of"):
+        executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force="dense", precision="fp8")

@@ -10,6 +10,7 @@ if not torch.cuda.is_available():
 import snn  # noqa: E402
 from snn.codegen.spec import load_spec  # noqa: E402
 from snn.runtime import executor, weights  # noqa: E402
+from snn.runtime.errors import RunError  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 SPEC = """\
@@ -56,3 +57,47 @@ def test_engine_matches_float64(bundle, graph, force):
     assert err < 1e-4, err
     if force == "sparse":
         assert any(t.path == "sparse" for t in engine.last_trace)
+
+
+RESNET_BLOCK = """\
+name: blocknet
+input: {name: image, shape: [3, 16, 16]}
+nodes:
+  - {name: stem, op: conv, input: image, in_channels: 3, out_channels: 32, kernel: 3, padding: 1}
+  - {name: bn0, op: batchnorm, input: stem, channels: 32}
+  - {name: r0, op: relu, input: bn0}
+  - {name: c1, op: conv, input: r0, in_channels: 32, out_channels: 32, kernel: 3, padding: 1}
+  - {name: bn1, op: batchnorm, input: c1, channels: 32}
+  - {name: r1, op: relu, input: bn1}
+  - {name: c2, op: conv, input: r1, in_channels: 32, out_channels: 32, kernel: 1}
+  - {name: bn2, op: batchnorm, input: c2, channels: 32}
+  - {name: add, op: add, inputs: [bn2, r0]}
+  - {name: r2, op: relu, input: add}
+  - {name: pool, op: adaptive_avgpool, input: r2, output_size: 1}
+  - {name: flat, op: flatten, input: pool}
+  - {name: fc, op: linear, input: flat, in_features: 32, out_features: 10}
+"""
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+@pytest.mark.parametrize("graph", [True, False])
+def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tmp_path, precision, graph):
+    """--precision bf16 / fp16: cuDNN's fused conv + bias (+ residual) + ReLU on every conv; the logits' error
+    against float64 within 1.5x that of the same spec run by torch in the same precision, and finite."""
+    spec = tmp_path / "blocknet.yaml"
+    spec.write_text(RESNET_BLOCK)
+    b = snn.build(str(spec), gpu="auto", batch=[4], out=tmp_path / "gen").manifest_path.parent
+    engine = snn.load(b, batch=4, graph=graph, precision=precision)
+    net = load_spec(b / "spec.yaml")
+    sd, _, _ = weights.load(net, None, 0, device="cuda")
+    x = torch.randn(4, 3, 16, 16, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+    y = engine(x)
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    assert y.dtype == dt and y.shape == (4, 10) and torch.isfinite(y).all()
+    ref = executor.reference(net, {k: v.double().cpu() for k, v in sd.items()}, x.double().cpu())
+    same = executor.reference(net, sd, x, dtype=dt)   # torch's own run of the spec in that precision
+    err = lambda t: (torch.linalg.vector_norm(t.double().cpu() - ref) / torch.linalg.vector_norm(ref)).item()  # noqa: E731
+    assert err(y) <= 1.5 * err(same) + 1e-3, (err(y), err(same))
+    assert all(t.path == "dense" or t.path == "device" for t in engine.last_trace)
+    with pytest.raises(RunError, match="sparse path needs fp32"):
+        snn.load(b, batch=4, precision=precision, force="sparse")
