@@ -463,9 +463,12 @@ def bench_layers_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warm
 @click.option("--graph/--no-graph", "graphs", default=True,
               help="Time snn as one CUDA graph with device-side dispatch (default); --no-graph: eager, host dispatch.")
 @click.option("--energy/--no-energy", default=True, help="Energy per image from NVML's energy counter.")
+@click.option("--snn-precisions", default="bf16,fp16", show_default=True,
+              help="snn's 16-bit runs also timed (every conv on cuDNN's tensor cores, epilogues fused), against the "
+                   "baselines of the same precision; '' for none.")
 @_run_errors
 def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup, cpu_dry_run, batch, profiles,
-                  precisions, kinds, out, graphs, energy):
+                  precisions, kinds, out, graphs, energy, snn_precisions):
     """Whole-network time (and energy) of snn against the dense baselines a PyTorch user would run: the model
     eager, CUDA-graph replayed and torch.compile'd, in FP32 (TF32 off), TF32, FP16 and BF16, in one run on the
     same images; speedups against the strongest FP32 baseline and the strongest overall."""
@@ -481,7 +484,9 @@ def bench_e2e_cmd(spec, cache_dir, gpu, images_dir, weights, seed, reps, warmup,
     doc = bench_e2e(spec, cache_dir, gpu, parse_batches(batch), images_dir, weights, seed, profs,
                     parse_choice(precisions, PRECISIONS, "--precisions"), parse_choice(kinds, KINDS, "--baselines"),
                     reps or 20, 3 if warmup is None else warmup, graphs, energy,
-                    cpu_dry_run=cpu_dry_run, log=click.echo, checkpoint=_checkpoint(out, "e2e", spec))
+                    cpu_dry_run=cpu_dry_run, log=click.echo, checkpoint=_checkpoint(out, "e2e", spec),
+                    snn_precisions=parse_choice(snn_precisions, ("bf16", "fp16"), "--snn-precisions")
+                    if snn_precisions else ())
     _finish(doc, out, f"e2e_{doc['network']}")
 
 

@@ -148,3 +148,13 @@ def test_cli_report(tmp_path):
     assert (tmp_path / "summary.md").is_file()
     r = CliRunner().invoke(cli.run_main, ["bench", "report", str(tmp_path / "nope")])
     assert r.exit_code != 0 and "Traceback" not in r.output
+
+
+def test_e2e_markdown_lists_snn_in_16_bits():
+    doc = _fake_e2e_doc()
+    doc["runs"]["1"]["snn16"] = {"bf16": {"median_ms": 0.64, "strongest_same_precision": "torch.compile_bf16",
+                                          "speedup_vs_same_precision": 1.25, "speedup_vs_strongest": 1.25,
+                                          "rel_err_vs_fp64": 1.1e-3, "rel_err_over_eager": 1.1,
+                                          "top5_identical_to_eager": 0.875}}
+    md = summary.summary_markdown([doc])
+    assert ("| 1 | bf16 | 0.640 | torch.compile_bf16 | 1.25× | 1.25× | 1.1e-03 | 1.10 | 88% |") in md

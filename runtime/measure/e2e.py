@@ -110,8 +110,10 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
               weights_arg: str | None = None, seed: int = 0, profiles: list | None = None,
               precisions=("fp32", "tf32", "fp16", "bf16"), kinds=("eager", "graph", "compile"),
               reps: int = 20, warmup: int = 3, graphs: bool = True, energy: bool = True,
-              cpu_dry_run: bool = False, log=print, checkpoint=None) -> dict:
-    """profiles: measure.profiles.Profile list (none: the weights' own sparsity, one run labelled 'weights')."""
+              cpu_dry_run: bool = False, log=print, checkpoint=None, snn_precisions=("bf16", "fp16")) -> dict:
+    """profiles: measure.profiles.Profile list (none: the weights' own sparsity, one run labelled 'weights').
+    snn_precisions: snn's 16-bit precisions also timed (every conv dense on cuDNN's tensor cores, fused), on the
+    first profile's weights, against the baselines of the same precision: error against float64 and top-5."""
     from ..executor import Executor, reference
     net: Network = load_spec(spec)
     env = Env(cpu_dry_run)
@@ -157,10 +159,13 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
             ref0 = reference(net, sd0, sets[0], dtype=torch.float64)
             base = Baselines(env, net, sd0, precisions, kinds, log)
             rec["baseline_model"] = base.source
+            top5: dict[str, object] = {}   # the eager model's top-5 in each precision, for snn's 16-bit runs
             for n, meta, fn, xs in base.variants(sets):
                 try:
                     y = fn(xs[0])
                     meta["rel_err_vs_fp64"] = _rel_err(torch, y.float(), ref0)
+                    if meta["kind"] == "eager":
+                        top5[meta["precision"]] = y.float().topk(5, dim=1).indices
                     rec["baselines"][n] = meta | _measure(env, nv, fn, xs, reps, warmup, B)
                 except Exception as e:  # timing a variant failed: say so, go on
                     base.notes[n] = f"failed while timing: {type(e).__name__}: {str(e)[:300]}"
@@ -170,6 +175,9 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                              "dense")
             rec["dense_exec_fp32"] = _dense_exec(env, dense, sets, graphs, reps, warmup, B)
             del dense
+            if not env.cpu:
+                rec["snn16"] = {p: _snn16_run(env, net, sd0, cache, sets, graphs, reps, warmup, nv, B, ref0,
+                                              rec["baselines"], top5.get(p), p) for p in snn_precisions}
             for label, r in runs_on.items():
                 sd_cpu = {k: v.detach().cpu() for k, v in r["sd"].items()}
                 ref = ref0 if label == first else reference(net, r["sd"], sets[0], dtype=torch.float64)
@@ -186,7 +194,9 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                 f"snn[{label}] {s['median_ms']:.3f} ms ({s['sparse_layers']}/{s['convs']} sparse)"
                 for label, s in rec["snn"].items()) + "; " + ", ".join(
                 f"{k} {v['median_ms']:.3f}" for k, v in rec["baselines"].items())
-                + f"; strongest FP32 {rec['strongest']['same_precision']}, overall {rec['strongest']['overall']}")
+                + f"; strongest FP32 {rec['strongest']['same_precision']}, overall {rec['strongest']['overall']}"
+                + "".join(f"; snn {p} {s['median_ms']:.3f} ms (x{s['speedup_vs_same_precision']} vs "
+                          f"{s['strongest_same_precision']})" for p, s in rec.get("snn16", {}).items()))
             del sets
             if not env.cpu:
                 torch.cuda.empty_cache()
@@ -196,16 +206,49 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
     return doc
 
 
-def _dense_exec(env, dense, sets, graphs, reps, warmup, B) -> dict:
-    fn, how = dense.forward, "eager"
+def _snn16_run(env, net, sd, cache, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
+    """snn in 16 bits (every conv on cuDNN's tensor cores, bias / residual / ReLU fused): its time, its error
+    against float64 next to the baselines' of the same precision, its top-5 against the eager model's."""
+    from ..executor import Executor, TorchBackend
+    torch = env.torch
+    ex = Executor(net, {k: v.detach().cpu() for k, v in sd.items()}, TorchBackend(), cache, str(env.device), "dense",
+                  precision=precision)
+    fn, how = _runner(env, ex, sets, graphs)
+    rec = _measure(env, nv, fn, sets, reps, warmup, B)
+    rec["how"] = how
+    y = fn(sets[0]).float()
+    rec["rel_err_vs_fp64"] = _rel_err(torch, y, ref)
+    same = {k: v for k, v in baselines.items() if v.get("precision") == precision}
+    eager = next((v for v in same.values() if v.get("kind") == "eager"), None)
+    if eager and eager.get("rel_err_vs_fp64"):
+        rec["rel_err_over_eager"] = round(rec["rel_err_vs_fp64"] / eager["rel_err_vs_fp64"], 4)
+    if top5 is not None:
+        mine = y.topk(5, dim=1).indices
+        rec["top5_identical_to_eager"] = round(float((mine == top5).all(dim=1).float().mean().item()), 4)
+    name, ms = strongest(baselines, precision)
+    rec["strongest_same_precision"] = name
+    rec["speedup_vs_same_precision"] = round(ms / rec["median_ms"], 4) if ms else None
+    name, ms = strongest(baselines)
+    rec["speedup_vs_strongest"] = round(ms / rec["median_ms"], 4) if ms else None
+    return rec
+
+
+def _runner(env, ex, sets, graphs):
+    """(the executor as one CUDA graph, or eager where that fails or is off; how it runs)."""
+    fn, how = ex.forward, "eager"
     if graphs and not env.cpu:
         from ..cuda import Device
         from ..graph import GraphRunner
         try:
-            fn, how = GraphRunner(dense, Device()), "graph"
+            fn, how = GraphRunner(ex, Device()), "graph"
             fn(sets[0])
         except Exception as e:
-            fn, how = dense.forward, f"eager (graph failed: {type(e).__name__})"
+            fn, how = ex.forward, f"eager (graph failed: {type(e).__name__})"
+    return fn, how
+
+
+def _dense_exec(env, dense, sets, graphs, reps, warmup, B) -> dict:
+    fn, how = _runner(env, dense, sets, graphs)
     rec = _measure(env, None, fn, sets, reps, warmup, B)
     rec["how"] = how
     return rec
