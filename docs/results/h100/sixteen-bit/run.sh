@@ -1,0 +1,18 @@
+#!/bin/bash
+# snn in BF16 and FP16 (every conv on cuDNN's tensor cores, bias / residual / ReLU fused into the call) against
+# torch.compile and the other dense baselines of each precision, end to end on one H100: `snn-run bench e2e` on
+# the photos with the trained-like sparsity profile (snn FP32 timed beside, uncalibrated), CUDA graphs, with the
+# error against float64 over the eager model's in the same precision and the top-5 agreement.
+#   bash docs/results/h100/sixteen-bit/run.sh OUT PHOTO_DIR NET [BATCHES]     (one network a call: each fits 10 min)
+# SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build (all hits here).
+set -uo pipefail
+out=$(realpath -m "${1:?usage: run.sh OUT PHOTO_DIR NET [BATCHES]}"); photos=$(realpath "${2:?PHOTO_DIR}")
+net=${3:?NET}; batches=${4:-1,8}
+mkdir -p "$out"; here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../.." && . docs/results/h100/env.sh
+env_report > "$out/env_$net.txt"
+{
+  snn-codegen build "$net" --gpu h100 --batch "$batches" -j 16 2>&1 | tail -1
+  snn-run bench e2e --spec "$net" --batch "$batches" --images "$photos" --sparsity-profile trained --reps 30 \
+    --out "$out/$net" 2>&1 | grep -v "Warning"
+} 2>&1 | tee "$out/log_$net.txt"
