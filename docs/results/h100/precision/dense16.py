@@ -8,7 +8,7 @@
 - `torch.compile`: inductor, freezing, mode="reduce-overhead" (runtime/measure/baselines.py).
 
 Random weights (BN statistics set so activations stay O(1)), a random input; each output against the same model in
-float64 (relative L2 error). Median of 50 CUDA-event timings after warm-up.
+float64 (relative L2 error). Median of 50 CUDA-event timings (input copied in, replay) after warm-up.
 
     python3 dense16.py OUT.json [--batch 1,8]
 """
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -24,8 +23,8 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-from snn.runtime.measure.baselines import _compiled
-from snn.runtime.measure.timing import Env
+from snn.runtime.measure.baselines import _compiled, _graphed
+from snn.runtime.measure.timing import Env, event_median_s
 
 
 def folded(model):
@@ -84,32 +83,8 @@ def fused_forward(model, dtype, fused: bool):
     return forward
 
 
-def graphed(fn, x):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn(x)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        y = fn(x)
-    return lambda: (g.replay(), y)[1]
-
-
 def median_ms(fn, reps=50):
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    return event_median_s(torch, fn, reps, warmup=5) * 1e3
 
 
 def model_with_stats(seed=0):
@@ -148,7 +123,8 @@ def main(argv=None):
                     if kind == "torchvision_graph":
                         model.to(dt).to(memory_format=torch.channels_last)
                     try:
-                        run = graphed(fn, xs)
+                        graph = _graphed(torch, fn, xs)
+                        run = lambda g=graph: g(xs)  # noqa: E731
                         y = run().double()
                         row[f"{kind}_ms"] = median_ms(run)
                         row[f"{kind}_rel_err"] = float(((y - ref).norm() / ref.norm()).item())
