@@ -388,3 +388,27 @@ def test_sixteen_bit_executor_fuses_each_conv_into_one_cudnn_call(tiny, monkeypa
             executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force=force, precision="fp16")
     with pytest.raises(RunError, match="precision must be one of"):
         executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force="dense", precision="fp8")
+
+
+GROUPED = """\
+name: grouped
+input: {name: image, shape: [3, 12, 12]}
+nodes:
+  - {name: stem, op: conv, input: image, in_channels: 3, out_channels: 8, kernel: 3, padding: 1}
+  - {name: r0, op: relu, input: stem}
+  - {name: g, op: conv, input: r0, in_channels: 8, out_channels: 8, kernel: 3, padding: 1, groups: 4}
+  - {name: bn, op: batchnorm, input: g, channels: 8}
+  - {name: r1, op: relu, input: bn}
+  - {name: gap, op: global_avgpool, input: r1}
+  - {name: flat, op: flatten, input: gap}
+  - {name: fc, op: linear, input: flat, in_features: 8, out_features: 4}
+"""
+
+
+def test_grouped_convs_run_dense_with_their_groups():
+    net = parse_spec(GROUPED, "grouped.yaml")
+    assert [(c.name, c.groups, c.sparse) for c in net.convs] == [("stem", 1, False), ("g", 4, False)]
+    sd = weights.random_init(net, seed=2)
+    ex = executor.Executor(net, sd, executor.TorchBackend(), None, device="cpu")
+    x = torch.randn(2, 3, 12, 12)
+    assert rel_err(ex.forward(x), executor.reference(net, sd, x.double())) < 1e-5
