@@ -16,3 +16,5 @@ env_report > "$out/env_$net.txt"
   snn-run bench e2e --spec "$net" --batch "$batches" --images "$photos" --sparsity-profile trained --reps 30 \
     --out "$out/$net" 2>&1 | grep -v "Warning"
 } 2>&1 | tee "$out/log_$net.txt"
+# the engine alone (no baselines in the process): replay and call times, OUT/engine_b1.json
+[ "$net" = resnet152 ] && python3 "$here/engine.py" "$out/engine_b1.json" --batch 1 2>&1 | grep -v Warning | tee "$out/engine_b1.log"
