@@ -92,7 +92,7 @@ class KernelRunner:
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
         workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
         epilogue as the executor gives it: one snn_epilogue launch after the kernel."""
-        from .executor import Epilogue
+        from .executor import Epilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
@@ -102,7 +102,7 @@ class KernelRunner:
         r = torch.randn((batch, shape.P, shape.Q, shape.N), generator=gen, device="cuda") if residual else None
         p16 = kernel.precision != "fp32"
         if p16:  # 16-bit activations; weights rounded alike, held in FP32
-            dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[kernel.precision]
+            dt = torch_dtype(torch, kernel.precision)
             x, w = x.to(dt), w.to(dt).float()
             r = r.to(dt) if r is not None else None
             if not kernel.epilogue:  # a split adds FP32 sums: checked through the FP32 epilogue, zeros counted

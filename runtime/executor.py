@@ -83,7 +83,7 @@ class TorchBackend:
         self.compute_dtype = compute_dtype
         self.sparse_calls: list[str] = []
 
-    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False):
+    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
         # few kernels: it also runs DenseNet's BN + ReLU in the 16-bit engine, on the GPU
         torch = self.torch
         c = inp.shape[1]
@@ -98,8 +98,6 @@ class TorchBackend:
         if relu:
             y.relu_()
         out.copy_(y)
-        if clear and inp.data_ptr() != out.data_ptr():
-            inp.zero_()
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
@@ -131,6 +129,11 @@ class TorchBackend:
 PRECISIONS = ("fp32", "bf16", "fp16")
 
 
+def torch_dtype(torch, precision: str):
+    """The torch dtype of a precision's activations (PRECISIONS)."""
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
 class Executor:
     """One network lowered (its weights on the device) and run pass by pass.
 
@@ -157,7 +160,7 @@ class Executor:
             torch.backends.cuda.matmul.allow_tf32 = False
         self.convs = {c.name: c for c in net.convs}
         self.precision = precision
-        self.dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+        self.dtype = torch_dtype(torch, precision)
         self.program: Program = lower(net, weights, self.device)
         if precision != "fp32":
             _cast(self.program, self.dtype)
@@ -217,11 +220,11 @@ class Executor:
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits
         one fused cuDNN call (dense_conv16)."""
+        if self.precision != "fp32":
+            return self.dense_conv16(op, inp, epi)
         torch, F = self.torch, self.torch.nn.functional
         conv = self.convs[op.name]
         shape = conv.shape
-        if self.precision != "fp32":
-            return self.dense_conv16(op, inp, epi)
         if epi.bias_only:
             return F.conv2d(inp, op.attrs["weight"], epi.bias, shape.stride, shape.padding, 1, conv.groups)
         y = F.conv2d(inp, op.attrs["weight"], None, shape.stride, shape.padding, 1, conv.groups)

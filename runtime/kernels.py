@@ -1,6 +1,6 @@
 """The CUDA backend of the executor: our cubins launched through runtime/cuda.py.
 
-- epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu)` (docs/interfaces.md),
+- epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu, clear)` (docs/interfaces.md),
   1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
 - sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; the
   conv's epilogue (executor.Epilogue) goes into the launch of a kernel that fuses it (emit.CONV_ARGS),

@@ -171,20 +171,20 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                     base.notes[n] = f"failed while timing: {type(e).__name__}: {str(e)[:300]}"
             rec["notes"].update(base.notes)
             del base
-            dense = Executor(net, {k: v.cpu() for k, v in sd0.items()}, env.backend(cache), cache, str(env.device),
-                             "dense")
+            sd0_cpu = {k: v.detach().cpu() for k, v in sd0.items()}   # the dense and 16-bit runs' weights
+            dense = Executor(net, sd0_cpu, env.backend(cache), cache, str(env.device), "dense")
             rec["dense_exec_fp32"] = _dense_exec(env, dense, sets, graphs, reps, warmup, B)
             del dense
             if not env.cpu:  # cuDNN's fused calls need the GPU
                 rec["snn16"] = {}
                 for p in snn_precisions:
                     try:
-                        rec["snn16"][p] = _snn16_run(env, net, sd0, cache, sets, graphs, reps, warmup, nv, B, ref0,
-                                                     rec["baselines"], top5.get(p), p)
+                        rec["snn16"][p] = _snn16_run(env, net, sd0_cpu, cache, sets, graphs, reps, warmup, nv, B,
+                                                     ref0, rec["baselines"], top5.get(p), p)
                     except Exception as e:  # said, like a baseline that cannot run
                         rec["notes"][f"snn_{p}"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
             for label, r in runs_on.items():
-                sd_cpu = {k: v.detach().cpu() for k, v in r["sd"].items()}
+                sd_cpu = sd0_cpu if label == first else {k: v.detach().cpu() for k, v in r["sd"].items()}
                 ref = ref0 if label == first else reference(net, r["sd"], sets[0], dtype=torch.float64)
                 rec["snn"][label] = _snn_run(env, net, sd_cpu, cache, sets, r["targets"], graphs, reps, warmup,
                                              nv, B, ref)
@@ -211,13 +211,12 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
     return doc
 
 
-def _snn16_run(env, net, sd, cache, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
+def _snn16_run(env, net, sd_cpu, cache, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
     """snn in 16 bits (every conv on cuDNN's tensor cores, bias / residual / ReLU fused): its time, its error
     against float64 next to the baselines' of the same precision, its top-5 against the eager model's."""
     from ..executor import Executor, TorchBackend
     torch = env.torch
-    ex = Executor(net, {k: v.detach().cpu() for k, v in sd.items()}, TorchBackend(), cache, str(env.device), "dense",
-                  precision=precision)
+    ex = Executor(net, sd_cpu, TorchBackend(), cache, str(env.device), "dense", precision=precision)
     fn, how = _runner(env, ex, sets, graphs)
     rec = _measure(env, nv, fn, sets, reps, warmup, B)
     rec["how"] = how
