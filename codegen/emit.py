@@ -194,6 +194,13 @@ CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 ACCUMULATOR = "accumulator"
 
 
+# Every kernel emitted here waits for its stream predecessor in-kernel (templates: griddepcontrol.wait before
+# its first dependent access), so the runtime may launch it as a programmatic dependent (sm_90+): its launch
+# and prologue overlap the previous kernel's tail. The manifest marks such launches ("pdl"); a cubin built
+# before the wait existed lacks the mark and is launched plainly.
+PDL = True
+
+
 def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precision: str = "fp32") -> EmittedKernel:
     """One launch that applies the conv's epilogue itself (a cluster's split too: its grid's clusters are
     compiled in, __cluster_dims__); a channel split that adds with atomics adds into the runtime's
@@ -202,7 +209,7 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     args = [ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS]
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
-              "block": block, "smem": g["SMEM"], "args": args}]
+              "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]
     return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split, precision=precision)
 
 

@@ -6,6 +6,7 @@ We only make sure that context is current on this thread, then use the driver AP
 from __future__ import annotations
 
 import ctypes
+import os
 from pathlib import Path
 
 from .errors import RunError
@@ -109,6 +110,13 @@ class Device:
         self._modules: dict[str, object] = {}
         self._functions: dict[tuple[str, str], object] = {}
         self._smem_opt_in: dict[tuple[str, str], int] = {}
+        # programmatic dependent launches: sm_90+, a cuda-python with cuLaunchKernelEx; SNN_PDL=0 turns them off
+        self.pdl = (self.compute_capability >= (9, 0) and hasattr(drv, "cuLaunchKernelEx")
+                    and os.environ.get("SNN_PDL", "1") != "0")
+        if self.pdl:
+            attr = self._pdl_attr = drv.CUlaunchAttribute()
+            attr.id = drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            attr.value.programmaticStreamSerializationAllowed = 1
 
     def module(self, cubin: str | Path):
         key = str(Path(cubin).resolve())
@@ -131,8 +139,11 @@ class Device:
             self._functions[key] = fn
         return key, fn
 
-    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args) -> None:
-        """Launch `name` on torch's current stream; args are (value, ctypes type) pairs."""
+    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args, pdl: bool = False) -> None:
+        """Launch `name` on torch's current stream; args are (value, ctypes type) pairs. pdl: the kernel waits
+        for its stream predecessor itself (griddepcontrol.wait, manifest "pdl"), so it is launched as a
+        programmatic dependent where the GPU has them (sm_90+): its launch and prologue overlap the previous
+        kernel's tail, also inside a captured CUDA graph (a programmatic edge)."""
         key, fn = self.function(cubin, name)
         if smem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(key, 0) < smem:
             check(self.drv.cuFuncSetAttribute(
@@ -144,5 +155,14 @@ class Device:
         stream = self.drv.CUstream(self._torch.cuda.current_stream().cuda_stream)
         gx, gy, gz = (list(grid) + [1, 1])[:3]
         bx, by, bz = (list(block) + [1, 1])[:3]
-        check(self.drv.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(ptrs), 0),
-              f"launching '{name}' grid {list(grid)} block {list(block)} smem {smem}")
+        what = f"launching '{name}' grid {list(grid)} block {list(block)} smem {smem}"
+        if pdl and self.pdl:
+            cfg = self.drv.CUlaunchConfig()
+            cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+            cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+            cfg.sharedMemBytes, cfg.hStream = smem, stream
+            cfg.attrs, cfg.numAttrs = [self._pdl_attr], 1
+            check(self.drv.cuLaunchKernelEx(cfg, fn, ctypes.addressof(ptrs), 0), what)
+        else:
+            check(self.drv.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(ptrs), 0),
+                  what)

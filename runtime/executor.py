@@ -190,6 +190,10 @@ class Executor:
         if key not in self._layout_cache:
             w = self.conv_op(conv).attrs["weight"]
             self._layout_cache[key] = to_layout(w.contiguous(), layout)
+            if self.device.type == "cuda" and not self.torch.cuda.is_current_stream_capturing():
+                # a sparse kernel copies its weights before it waits for its stream predecessor (programmatic
+                # launch, runtime/cuda.py): they must not come from the kernel right before it
+                self.torch.cuda.synchronize()
         return self._layout_cache[key]
 
     def _workspace(self, name: str, kentry: dict) -> dict:

@@ -265,7 +265,7 @@ class Capture:
         row = self.table_dev.data_ptr() + 8 * self.offsets[self.layers[i].conv.name]
         args = [(counters.data_ptr() + 8 * slot, _PTR), (row, _PTR), (numel, _I64),
                 (self.choice.data_ptr() + 4 * i, _PTR), (int(handle), _U64), (1, _I32)]
-        dev.launch(sel["cubin"], sel["function"], (1, 1, 1), (32, 1, 1), 0, args)
+        dev.launch(sel["cubin"], sel["function"], (1, 1, 1), (32, 1, 1), 0, args, bool(sel.get("pdl")))
 
     def _new_handle(self, branches: int):
         return new_switch_handle(self.runner.device.drv, self.torch, self.ctx, branches)

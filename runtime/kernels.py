@@ -46,6 +46,7 @@ class CudaBackend:
         epi = cache.epilogue
         self.epi_cubin, self.epi_fn = epi["cubin"], epi.get("function", "snn_epilogue")
         self.epi_block = int(epi.get("block", EPILOGUE_BLOCK))
+        self.epi_pdl = bool(epi.get("pdl"))
         self._consts: dict[tuple[str, int], object] = {}
         self._acc = None
         self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
@@ -83,7 +84,7 @@ class CudaBackend:
                 (residual.data_ptr() if residual is not None else 0, _PTR), (out.data_ptr(), _PTR),
                 (zeros, _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32), (1 if clear else 0, _I32)]
         grid = (total + self.epi_block - 1) // self.epi_block
-        self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args)
+        self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
@@ -119,7 +120,7 @@ class CudaBackend:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")
                 self.dev.launch(kentry["cubin"], step["function"], step["grid"], step["block"],
-                                int(step.get("smem", 0)), args)
+                                int(step.get("smem", 0)), args, bool(step.get("pdl")))
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
         if acc is not None:  # the sums into out, the epilogue applied, the accumulator zeroed: one launch

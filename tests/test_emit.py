@@ -149,6 +149,29 @@ def test_render_epilogue():
     assert flat.index("if (clear) in[i] = 0.f;") < flat.index("out[i] = v;")
 
 
+def test_every_kernel_waits_for_its_predecessor_before_it_reads_activations():
+    """Each kernel may be launched as a programmatic dependent (its step says "pdl"): one griddepcontrol.wait,
+    sm_90+ only, before its first access to what an earlier kernel writes (the input tile, the accumulator,
+    the counters); before it, only indices, the bias and the weight ring's first copies."""
+    kernels = [emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4)),          # classic, a channel split
+               emit.render_sparse(S3, 8, KernelConfig(2, 2, 256, 64, 2)),         # classic, fused epilogue
+               emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2)),    # warp-tiled
+               emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True)),
+               emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16")]
+    for k in kernels:
+        assert all(step["pdl"] is emit.PDL for step in k.steps)
+        src = k.source
+        assert src.count("griddepcontrol.wait;") == 1, k.name
+        wait = src.index("griddepcontrol.wait;")
+        assert src.rindex("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900", 0, wait) > src.index(k.name)
+        first_input = min(i for i in (src.find("fill_input(c0);"), src.find("fill(0, c_begin);")) if i >= 0)
+        assert wait < first_input, k.name
+    assert emit.PDL
+    for src, first_read in ((emit.render_epilogue()[1], "reinterpret_cast<const float4*>(in)[i]"),
+                            (emit.render_selector()[1], "(double)(*zeros)")):
+        assert src.count("griddepcontrol.wait;") == 1 and src.index("griddepcontrol.wait;") < src.index(first_read)
+
+
 # ------------------------------------------------------------------ nvcc
 
 def _kernels():

@@ -206,10 +206,11 @@ def test_random_init_is_seeded(tiny):
 
 class RecordingDevice:
     def __init__(self):
-        self.calls = []
+        self.calls, self.pdl = [], []
 
-    def launch(self, cubin, name, grid, block, smem, args):
+    def launch(self, cubin, name, grid, block, smem, args, pdl=False):
         self.calls.append((cubin, name, list(grid), list(block), smem, args))
+        self.pdl.append(pdl)
 
 
 def test_cuda_backend_runs_steps_in_order_with_pointer_args(tiny):
@@ -265,6 +266,27 @@ def test_cuda_backend_split_adds_into_the_accumulator_and_the_epilogue_clears_it
         assert torch.all(out == 0) and len(dev.calls) == n + 1 and dev.calls[-1][5][2][0] == out.data_ptr()
     assert be.prepare_accumulator(out.numel() * 3, "cpu").numel() == out.numel() * 3
     assert be._retired == [acc] and be.prepare_accumulator(5) is not acc
+
+
+def test_cuda_backend_launches_programmatically_only_what_the_manifest_marks(tiny):
+    """A kernel whose manifest step (or epilogue entry) says "pdl" waits for its predecessor itself and may be
+    launched as a programmatic dependent; one without the mark (a bundle built before the wait) may not."""
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue", "pdl": True}
+    be = CudaBackend(dev, cache)
+    step = {"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1],
+            "args": ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu"]}
+    inp, w = torch.ones(2, 8, 4, 4), torch.ones(8, 3, 3, 8)
+    out = torch.zeros(2, 4, 4, 8).permute(0, 3, 1, 2)
+    epi = executor.Epilogue(bias=torch.ones(8), relu=True)
+    be.sparse_conv("k", {"cubin": "/k.cubin", "epilogue": False, "steps": [dict(step, pdl=True)]}, inp, w, out, {},
+                   None, epi)
+    assert dev.pdl == [True, True]   # the split kernel, then its epilogue
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    old = CudaBackend(dev, cache)
+    old.sparse_conv("k", {"cubin": "/k.cubin", "epilogue": False, "steps": [step]}, inp, w, out, {}, None, epi)
+    assert dev.pdl[2:] == [False, False]
 
 
 def test_cuda_backend_epilogue_signature(tiny):

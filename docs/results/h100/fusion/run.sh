@@ -7,6 +7,7 @@
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
+# NOPDL=1 adds a side "nopdl": after's bundles and calibration measured with plain launches (SNN_PDL=0).
 # A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
 set -uo pipefail
@@ -38,6 +39,9 @@ for side in "${sides[@]}"; do
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
       for b in 1 8; do
         python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
+        if [ $side = after ] && [ -n "${NOPDL:-}" ]; then
+          SNN_PDL=0 python3 "$here/breakdown.py" "$net" $b "$photos" "$out/nopdl_${net}_b$b.json" 2>&1 | grep -v Warning
+        fi
       done
     done
   ) >> "$out/log.txt" 2>&1

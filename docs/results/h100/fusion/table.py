@@ -25,13 +25,14 @@ for p in sorted(out.glob("*_b*.json")):
 lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, trained-like profile)", "",
          "ms per forward pass: graph replay (CUDA events, median of 50); per kind, the summed GPU time of its "
          "activities in one replay (CUPTI) and their count. Activities per conv: every kernel, memset and copy "
-         "of a replay over the network's convs.", ""]
+         "of a replay over the network's convs. rel err: the worst of 21 replays' logits against float64.", ""]
 kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
 head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
        [f"{k} ms (n)" for k in kinds_all]
 lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before", kv[0][2])):
-    cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{d['rel_err_vs_fp64']:.1e}"]
+    err = max(d["rel_err_vs_fp64"], d.get("rel_err_worst_of_20", 0.0))
+    cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{err:.1e}"]
     cells += [f"{d['kinds'][k][1]:.3f} ({d['kinds'][k][0]:.0f})" if k in d["kinds"] else "-" for k in kinds_all]
     lines.append("| " + " | ".join(cells) + " |")
 lines.append("")
