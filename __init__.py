@@ -18,14 +18,16 @@ __all__ = ["build", "load", "import_onnx", "import_torch"]
 
 
 def build(spec, gpu="h100", batch=1, levels="0.4:0.9:0.05", out="generated", **kwargs):
-    """Plan, render and compile a spec's kernels into the bundle <out>/<network>/<gpu>/ (no GPU needed).
+    """Plan, render and compile a spec's kernels into the bundle <out>/<network>/<gpu>/ (no GPU needed);
+    precision="bf16" / "fp16" makes a 16-bit bundle (no kernels: every conv on cuDNN's tensor cores).
     Returns a BuildResult (.manifest_path, .summary()). See snn.codegen.build.build_spec."""
     from .codegen.build import build_spec
     return build_spec(spec, gpu, batch, levels, out, **kwargs)
 
 
 def load(bundle, weights=None, batch=None, **kwargs):
-    """A bundle on the current CUDA device as a callable: engine(x) -> logits. See snn.runtime.engine.Engine."""
+    """A bundle on the current CUDA device as a callable: engine(x) -> logits, in the precision the bundle was
+    built for (precision= another one is refused). See snn.runtime.engine.Engine."""
     from .runtime.engine import Engine
     return Engine(bundle, weights, batch, **kwargs)
 

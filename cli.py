@@ -137,8 +137,12 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--clusters", is_flag=True,
               help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics and "
                    "an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
+@click.option("--precision", default="fp32", type=click.Choice(["fp32", "bf16", "fp16"]),
+              help="fp32: exact, the sparse kernels; bf16 / fp16: every conv dense on cuDNN's tensor cores (16-bit "
+                   "sparse kernels measured slower), so nothing is compiled and no nvcc is needed. Recorded in the "
+                   "manifest: `snn-run` runs the bundle in it.")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters, precision):
     """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle
     OUT/<network>/<gpu>/ (manifest.json, cubins/, src/, spec.yaml): copy that folder to the GPU machine
     and it runs there.
@@ -158,7 +162,7 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     previous = signal.signal(signal.SIGTERM, terminated)
     try:
         result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
-                            candidates=candidates, clusters=clusters, progress_factory=bar)
+                            candidates=candidates, clusters=clusters, progress_factory=bar, precision=precision)
     except KeyboardInterrupt:
         click.echo("interrupted: the kernels compiled so far are in the compiler cache; the same command "
                    "continues from there", err=True)
@@ -268,10 +272,11 @@ def run_main():
 @click.option("--compare-dense", is_flag=True,
               help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
                    "and print both.")
-@click.option("--precision", default="fp32", show_default=True, type=click.Choice(["fp32", "bf16", "fp16"]),
-              help="fp32: exact, the sparse kernels where they pay; bf16 / fp16: every conv on cuDNN's tensor cores "
-                   "with its bias, residual and ReLU fused into one call (no sparse path in 16 bits: measured "
-                   "slower, docs/performance.md).")
+@click.option("--precision", default=None, type=click.Choice(["fp32", "bf16", "fp16"]),
+              help="The precision the bundle was built for (`snn-codegen build --precision`), the default; one "
+                   "other than the bundle's is refused. fp32: exact, the sparse kernels where they pay; bf16 / fp16: "
+                   "every conv on cuDNN's tensor cores with its bias, residual and ReLU fused into one call (no "
+                   "sparse path in 16 bits: measured slower, docs/performance.md).")
 @click.option("--devices", default=None, type=click.IntRange(min=1),
               help="Classify on this many GPUs of this machine: runs this command under torchrun, each GPU a "
                    "shard of the folder, one merged output (the same as `torchrun --nproc-per-node N snn-run "

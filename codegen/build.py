@@ -9,6 +9,10 @@
               stay in registers)
     bundle    <out>/<network>/<gpu>/: manifest.json, cubins/, src/, spec.yaml (codegen/bundle.py)
 
+A bf16 / fp16 build (--precision) stops after the spec: every conv of the 16-bit engine runs dense on
+cuDNN's tensor cores, so there is nothing to plan, render or compile, and nvcc is not asked; the bundle
+is the spec and a manifest that records the precision and every conv as dense.
+
 Nothing here imports torch or needs a GPU, and nothing here reads what `snn-run calibrate` writes.
 The planning and rendering stages are reached through `Stages` (see `default_stages`, the one place
 that imports the planner and the emitter), so tests and other front ends can inject their own.
@@ -28,6 +32,7 @@ from typing import Any, Callable
 from . import bundle
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
+from .emit import PDL
 from .errors import UserError
 from .spec import Network
 
@@ -112,6 +117,12 @@ class BuildResult:
         return 1e3 * self.plan_render_s / max(self.layers, 1)
 
     def summary(self) -> str:
+        precision = bundle.precision(self.manifest)
+        if precision != bundle.DEFAULT_PRECISION:
+            what = f"{precision}, {self.layers} conv layers, every one dense on cuDNN's tensor cores (no kernels)"
+            return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
+                    + (f"up to date ({what}, built from the same inputs)" if self.up_to_date else what)
+                    + f"; total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
         if self.up_to_date:
             return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): up to date "
                     f"({self.kernels} kernels + epilogue, {self.cubins} cubins, built from the same inputs); "
@@ -153,22 +164,27 @@ def shape_dict(shape) -> dict:
 def build(net: Network, gpu, batches: list[int], levels: list[float], out: str | Path = "generated",
           jobs: int | None = None, force: bool = False, arch: str | None = None,
           stages: Stages | None = None, cache: CubinCache | None = None,
-          progress_factory=None, spec_text: str | None = None, inputs: str | None = None) -> BuildResult:
+          progress_factory=None, spec_text: str | None = None, inputs: str | None = None,
+          precision: str = bundle.DEFAULT_PRECISION) -> BuildResult:
     """Build every cubin that `net` needs on `gpu` into the bundle <out>/<network>/<gpu>/.
 
     progress_factory(length) -> context manager with .update(n): a progress bar over compilation
     (click.progressbar in the CLI); None for silence. spec_text: the spec to ship in the bundle
     (default: the file the network was read from). inputs: a digest of everything the stages' output
     depends on (build_spec's); a bundle recorded with the same digest, nvcc and arch, and intact, is
-    returned as it is (force rebuilds).
+    returned as it is (force rebuilds). precision: 'fp32' (the sparse kernels), or 'bf16' / 'fp16' (no
+    kernels: every conv dense on cuDNN's tensor cores).
     """
     t_start = time.perf_counter()
+    if precision not in bundle.PRECISIONS:
+        raise UserError(f"--precision: expected one of {', '.join(bundle.PRECISIONS)}, got {precision!r}")
+    dense = precision != bundle.DEFAULT_PRECISION
     stages = stages or default_stages()
     compiler = Compiler(cache, jobs)
     arch = arch or getattr(gpu, "arch", None)
     gpu_name = _gpu_name(gpu)
 
-    tc = compiler.toolchain
+    tc = None if dense else compiler.toolchain  # a 16-bit bundle has no cubins: nvcc need not be there
     capability = check_arch(arch, tc)
     check_runs_on(arch, capability, gpu, gpu_name)
     out_dir = Path(out) / net.name / gpu_name
@@ -185,11 +201,13 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         except (OSError, TypeError):
             spec_text = None  # a network parsed from text: the bundle then needs the spec beside it
     if inputs is not None:
-        inputs = hashlib.sha256(f"{inputs}|{tc.version_string}|{arch}".encode()).hexdigest()
+        inputs = hashlib.sha256(f"{inputs}|{tc.version_string if tc else ''}|{arch}".encode()).hexdigest()
         if not force and (same := _unchanged(out_dir, inputs)) is not None:
             return BuildResult(out_dir / bundle.MANIFEST, same, len(net.convs), len(same["kernels"]),
                                len(bundle.cubin_entries(same)), len(bundle.cubin_entries(same)), 0, 0, 0.0, 0.0,
                                time.perf_counter() - t_start, up_to_date=True)
+    if dense:
+        return _build_dense(net, gpu_name, arch, capability, batches, precision, out_dir, spec_text, inputs, t_start)
 
     # plan + render (timed: the part of the build that is ours, nvcc excluded)
     t0 = time.perf_counter()
@@ -253,6 +271,27 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
                        {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
 
 
+def _build_dense(net, gpu_name, arch, capability, batches, precision, out_dir, spec_text, inputs, t_start) -> BuildResult:
+    """A 16-bit bundle: the spec and a manifest that records every conv as dense, the reason beside it.
+    No plan, source or cubin (the 16-bit sparse kernels lost to cuDNN's tensor cores on every shape measured)."""
+    try:
+        # an fp32 build's sources and cubins in this folder go, as a rebuild drops stale ones: the manifest names none
+        bundle.write_sources(out_dir, {})
+        bundle.write_cubins(out_dir, {})
+        spec_file = bundle.write_spec(out_dir, spec_text)
+        manifest = {"format": bundle.FORMAT, "precision": precision, "network": net.name, "gpu": gpu_name,
+                    "arch": arch, "compute_capability": capability, "batches": list(batches), "levels": [],
+                    "spec": spec_file, "dense_reason": bundle.DENSE_16BIT, "kernels": {},
+                    "layers": [{"index": c.index, "name": c.name, "shape": shape_dict(c.shape), "path": "dense"}
+                               for c in net.convs]}
+        if inputs is not None:
+            manifest["inputs"] = inputs
+        manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
+    except OSError as e:
+        raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
+    return BuildResult(manifest_path, manifest, len(net.convs), 0, 0, 0, 0, 0, 0.0, 0.0, time.perf_counter() - t_start)
+
+
 def _unchanged(out_dir: Path, inputs: str) -> dict | None:
     """The bundle's manifest if it was built from these inputs and every cubin it names is intact."""
     try:
@@ -312,22 +351,30 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
     if kw.get("candidates", 1) > 1:  # configs per level for calibrate to choose from (--candidates)
         extra["candidates"] = kw["candidates"]
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
-        extra["selector"] = {**placed[sel_name], "function": sel_name, **resources(records[sel_name])}
-    return {"format": bundle.FORMAT, "network": net.name, "gpu": gpu_name, "arch": arch,
-            "compute_capability": capability, "batches": list(batches), "levels": [round(lv, 2) for lv in levels],
+        extra["selector"] = {**placed[sel_name], "function": sel_name, "pdl": PDL, **resources(records[sel_name])}
+    return {"format": bundle.FORMAT, "precision": bundle.DEFAULT_PRECISION, "network": net.name, "gpu": gpu_name,
+            "arch": arch, "compute_capability": capability, "batches": list(batches),
+            "levels": [round(lv, 2) for lv in levels],
             "nvcc": tc.version, "spec": spec_file,
-            "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, **resources(records[epi_name])},
+            "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, "pdl": PDL, **resources(records[epi_name])},
             **extra, "kernels": kernels, "layers": layers}
 
 
 def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int] = 1,
                levels: str | list[float] = DEFAULT_LEVELS, out: str | Path = "generated", *, jobs: int | None = None,
                rebuild: bool = False, arch: str | None = None, model: str = "snn", candidates: int = 1,
-               clusters: bool = False, progress_factory=None) -> BuildResult:
+               clusters: bool = False, progress_factory=None, precision: str = bundle.DEFAULT_PRECISION) -> BuildResult:
     """`snn.build` and `snn-codegen build`: a spec file and option values to a bundle in <out>/<network>/<gpu>/."""
     from .spec import load_spec
     batches = parse_batches(",".join(map(str, batch)) if isinstance(batch, (list, tuple)) else str(batch))
     lvls = sorted(set(levels)) if isinstance(levels, (list, tuple)) else parse_levels(levels)
+    if precision not in bundle.PRECISIONS:
+        raise UserError(f"--precision: expected one of {', '.join(bundle.PRECISIONS)}, got {precision!r}")
+    if precision != bundle.DEFAULT_PRECISION:  # options that shape sparse kernels, which a 16-bit bundle has none of
+        for opt, given in (("--candidates", candidates != 1), ("--clusters", clusters)):
+            if given:
+                raise UserError(f"{opt}: a {precision} bundle has no sparse kernels (every conv runs dense on "
+                                f"cuDNN's tensor cores); leave {opt} out or build with --precision fp32")
     net = load_spec(spec)
     stages = default_stages(model, candidates)
     try:
@@ -342,6 +389,6 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
     gpu_desc = target.to_dict() if hasattr(target, "to_dict") else repr(target)
     inputs = json.dumps({"spec": Path(net.path).read_text(), "gpu": gpu_desc, "batches": batches,
                          "levels": [round(x, 6) for x in lvls], "model": model, "candidates": candidates,
-                         "code": code_digest()}, sort_keys=True)
+                         "precision": precision, "code": code_digest()}, sort_keys=True)
     return build(net, target, batches, lvls, out=out, jobs=jobs, force=rebuild, arch=arch, stages=stages,
-                 progress_factory=progress_factory, inputs=inputs)
+                 progress_factory=progress_factory, inputs=inputs, precision=precision)

@@ -8,6 +8,9 @@
         spec.yaml        the network spec it was built from
         tuning.json      written by `snn-run calibrate` only; never read or written by the build
 
+A bf16 / fp16 bundle ("precision" in the manifest) holds the spec and a manifest that records every conv
+as dense: the 16-bit engine runs each one on cuDNN's tensor cores, so it has no cubins and no sources.
+
 Nothing in a bundle points outside it: copy the folder to the GPU machine and it runs there. The
 manifest is written last, so a build interrupted half-way leaves the previous manifest (or none).
 This module writes bundles; runtime/manifest.py reads them.
@@ -27,6 +30,15 @@ CUBINS = "cubins"
 SOURCES = "src"
 SPEC = "spec.yaml"
 TUNING = "tuning.json"
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEFAULT_PRECISION = "fp32"  # what a manifest without "precision" was built for (it predates the field)
+DENSE_16BIT = ("16-bit: cuDNN tensor cores; 16-bit sparse kernels measured slower on every shape, "
+               "docs/results/h100/precision")
+
+
+def precision(manifest: dict) -> str:
+    """The precision a bundle was built for and runs in."""
+    return manifest.get("precision", DEFAULT_PRECISION)
 
 
 def cubin_relpath(kernel: str) -> str:

@@ -101,11 +101,13 @@ def toolchain(nvcc: str, cache: CubinCache) -> Toolchain:
 ARCH_RE = re.compile(r"^sm_(\d+)([af]?)$")
 
 
-def check_arch(arch: str, tc: Toolchain) -> list[int]:
-    """Validate an arch for this nvcc; returns the compute capability, e.g. sm_90 -> [9, 0]."""
+def check_arch(arch: str, tc: Toolchain | None) -> list[int]:
+    """Validate an arch for this nvcc (None: a build that compiles nothing, the form alone); returns the
+    compute capability, e.g. sm_90 -> [9, 0]."""
     m = ARCH_RE.match(arch or "")
-    known = f"nvcc {tc.version} compiles for {', '.join(tc.archs)}" if tc.archs else "expected e.g. sm_90"
-    if not m or (tc.archs and f"sm_{m.group(1)}" not in tc.archs):
+    archs = tc.archs if tc is not None else ()
+    known = f"nvcc {tc.version} compiles for {', '.join(archs)}" if archs else "expected e.g. sm_90"
+    if not m or (archs and f"sm_{m.group(1)}" not in archs):
         raise UserError(f"unknown arch {arch!r}: {known}")
     digits = m.group(1)
     return [int(digits[:-1]), int(digits[-1])]

@@ -42,6 +42,10 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     first = batches[0] if batches else 1
     mpath = manifest.locate(cache_dir, net, spec, gpu, first, env.name, env.cc)
     data = json.loads(Path(mpath).read_text())
+    if (p := bundle.precision(data)) != bundle.DEFAULT_PRECISION:  # no tuning file: a script must not assume one
+        raise RunError(f"{mpath}: every conv of a {p} bundle runs dense on cuDNN's tensor cores, so there is nothing "
+                       f"to calibrate; calibrate an fp32 bundle, built with: "
+                       f"{manifest.build_command(spec, Path(mpath).parent.name, first)}")
     built = sorted(int(b) for b in data.get("batches", []))
     batches = batches or built
     for b in batches:

@@ -54,24 +54,22 @@ class Engine:
     tuning: the tuning file to merge (default: the bundle's tuning.json if present; False: none).
     device: a runtime.cuda.Device already made (default: one for the current CUDA device).
     force: 'auto' (per layer from the zero counter), 'dense' or 'sparse' everywhere.
-    precision: 'fp32' (exact), or 'bf16' / 'fp16': every conv on cuDNN's tensor cores with its bias, residual and
-    ReLU fused into the call, the logits in that precision (runtime/executor.py; force is then 'dense').
+    precision: None (the bundle's, `snn-codegen build --precision`), or the one the caller expects; one other
+    than the bundle's is refused. 'fp32' is exact; 'bf16' / 'fp16' run every conv on cuDNN's tensor cores
+    with its bias, residual and ReLU fused into the call, the logits in that precision (runtime/executor.py;
+    force is then 'dense').
     """
 
     def __init__(self, bundle: str | Path, weights: str | None = None, batch: int | None = None,
                  graph: bool = True, tuning: str | Path | bool | None = None, force: str = "auto",
                  trace: bool = False, seed: int = 0, spec: str | Path | None = None, device=None,
-                 precision: str = "fp32"):
+                 precision: str | None = None):
         from . import manifest, weights as weights_mod
         from .cuda import Device
-        from .executor import PRECISIONS, Executor, TorchBackend
+        from .executor import Executor, TorchBackend
         from .kernels import CudaBackend
-        if precision not in PRECISIONS:
-            raise RunError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-        if precision != "fp32":
-            if force == "sparse":
-                raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
-            force = "dense"
+        if precision is not None and precision not in bundle_format.PRECISIONS:
+            raise RunError(f"precision must be one of {', '.join(bundle_format.PRECISIONS)}, got {precision!r}")
         folder = bundle_dir(bundle)
         self.spec_path = str(spec or bundle_spec(folder))
         self.net: Network = load_spec(self.spec_path)
@@ -79,9 +77,14 @@ class Engine:
         batch = default_batch(folder) if batch is None else batch
         if batch < 1:
             raise RunError(f"batch must be at least 1, got {batch}")
-        self.batch, self.force, self.precision = batch, force, precision
         self.cache = manifest.load(folder / bundle_format.MANIFEST, self.net, self.spec_path, batch,
-                                   self.device.compute_capability, tuning_path=tuning)
+                                   self.device.compute_capability, tuning_path=tuning, precision=precision)
+        precision = self.cache.precision  # settled: the bundle's (a different one asked for was refused)
+        if precision != "fp32":
+            if force == "sparse":
+                raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
+            force = "dense"
+        self.batch, self.force, self.precision = batch, force, precision
         sd, self.class_names, self.warning = weights_mod.load(self.net, weights, seed, device="cuda")
         # 16 bits: cuDNN does the convs' epilogues; DenseNet's BN + ReLU runs as torch ops
         backend = CudaBackend(self.device, self.cache) if precision == "fp32" else TorchBackend()

@@ -94,7 +94,7 @@ class Session:
 
     def __init__(self, spec: str, cache_dir: str, gpu: str, batch: int | None, weights_arg: str | None,
                  force: str, trace: bool, seed: int = 0, graph: bool = True, tuning: str | None = None,
-                 precision: str = "fp32"):
+                 precision: str | None = None):
         from . import manifest
         from .cuda import Device
         from .engine import Engine
@@ -108,6 +108,7 @@ class Session:
         e = self.engine
         self.net, self.device, self.cache, self.executor, self.graph = e.net, e.device, e.cache, e.executor, e.graph
         self.class_names, self.warning, self.batch, self.force = e.class_names, e.warning, e.batch, force
+        self.precision = e.precision  # the bundle's: the one asked for, if any, is the same
 
     torch_device = "cuda"
     graph = None  # a runtime.graph.GraphRunner with --graph
@@ -258,17 +259,20 @@ def compare_dense(session: Session, args: tuple, paths: list[Path]) -> str:
 
 def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: int | None, weights: str | None,
                   output: str | None, top: int, trace: bool, force: str, seed: int = 0, graph: bool = True,
-                  tuning: str | None = None, compare: bool = False, precision: str = "fp32") -> int:
+                  tuning: str | None = None, compare: bool = False, precision: str | None = None) -> int:
     """What `snn-run infer` does; returns the exit code. User mistakes raise RunError/SpecError. Under torchrun
-    (WORLD_SIZE set) each rank classifies its shard and rank 0 reports (runtime/distributed.py)."""
+    (WORLD_SIZE set) each rank classifies its shard and rank 0 reports (runtime/distributed.py). precision:
+    None runs the bundle in the precision it was built for; another one than the bundle's is refused."""
     import click
 
     from . import distributed
     world = distributed.World.from_env()
     if world is not None and compare:
         raise RunError("--compare-dense times one GPU: run it without torchrun")
-    if precision != "fp32" and compare:
+    if precision not in (None, "fp32") and compare:
         raise RunError(f"--compare-dense compares with cuDNN FP32: run it with --precision fp32, not {precision}")
+    if compare:  # an FP32 run: a 16-bit bundle is refused at load, naming the fp32 rebuild
+        precision = "fp32"
     if output and Path(output).suffix.lower() not in OUTPUT_SUFFIXES:
         raise RunError(f"--output {output}: unknown format, use a .csv or .json file name")
     load_spec(spec)  # spec mistakes first: they need neither torch nor a GPU
@@ -314,7 +318,9 @@ def infer_command(image_dir: str, spec: str, cache_dir: str, gpu: str, batch: in
     session = Session(*args)
     if session.warning:
         click.echo(f"warning: {session.warning}", err=True)
-    with click.progressbar(length=len(paths), label=f"{session.net.name} on {session.device.name}",
-                           file=sys.stderr) as bar:
+    label = f"{session.net.name} on {session.device.name}"
+    if session.precision != "fp32":  # the bundle's precision, perhaps not asked for: say it
+        label += f" in {session.precision}"
+    with click.progressbar(length=len(paths), label=label, file=sys.stderr) as bar:
         result = session.run(paths, skipped, top, progress=bar.update)
     return report(result)

@@ -28,8 +28,14 @@ class CacheError(RunError):
     """Missing or stale kernel cache; the message ends with the command that fixes it."""
 
 
-def build_command(spec_path: str, gpu: str, batch: int) -> str:
-    return f"snn-codegen build {shlex.quote(str(spec_path))} --gpu {gpu} --batch {batch}"
+def build_command(spec_path: str, gpu: str, batch: int, precision: str | None = None) -> str:
+    cmd = f"snn-codegen build {shlex.quote(str(spec_path))} --gpu {gpu} --batch {batch}"
+    return cmd + (f" --precision {precision}" if precision else "")
+
+
+def _rebuilt_as(precision: str) -> str | None:
+    """The --precision a rebuild of a bundle built for `precision` names (none for the default)."""
+    return None if precision == bundle_format.DEFAULT_PRECISION else precision
 
 
 def guess_gpu_name(device_name: str) -> str:
@@ -83,6 +89,10 @@ class Cache:
         return self.path.parent
 
     @property
+    def precision(self) -> str:
+        return bundle_format.precision(self.data)
+
+    @property
     def batches(self) -> list[int]:
         return sorted(int(b) for b in self.data["batches"])
 
@@ -92,7 +102,7 @@ class Cache:
         if not fits:
             raise CacheError(f"{self.path}: no kernels for a batch of {n} (built for "
                              f"{', '.join(map(str, self.batches))}); rebuild with: "
-                             f"{build_command(self.spec_path, self.gpu, limit)}")
+                             f"{build_command(self.spec_path, self.gpu, limit, _rebuilt_as(self.precision))}")
         return fits[0]
 
     def layer_entry(self, conv_name: str, batch: int) -> dict | None:
@@ -144,17 +154,18 @@ def locate(cache_dir: str | Path, net: Network, spec_path: str, gpu: str, batch:
 
 def load(path: str | Path, net: Network, spec_path: str, batch: int,
          compute_capability: tuple[int, int], gpu: str | None = None,
-         tuning_path: str | Path | None | bool = None) -> Cache:
+         tuning_path: str | Path | None | bool = None, precision: str | None = None) -> Cache:
     """Read and validate a bundle's manifest; any mismatch is a CacheError naming the rebuild command.
 
     tuning_path: the tuning file to merge in (None: the bundle's tuning.json if there is one; False:
-    none, the bundle as built)."""
+    none, the bundle as built). precision: the one the caller runs in (None: the bundle's); another
+    than the bundle's is refused."""
     path = Path(path)
     gpu = gpu or path.parent.name
-    fix = f"; rebuild with: {build_command(spec_path, gpu, batch)}"
+    built_for = bundle_format.DEFAULT_PRECISION  # until the manifest says: a rebuild keeps the bundle's precision
 
     def stale(msg: str) -> CacheError:
-        return CacheError(f"{path}: {msg}{fix}")
+        return CacheError(f"{path}: {msg}; rebuild with: {build_command(spec_path, gpu, batch, _rebuilt_as(built_for))}")
 
     try:
         data = json.loads(path.read_text())
@@ -169,8 +180,18 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
         raise stale("not a manifest (top level is not a JSON object)")
     if data.get("format") != bundle_format.FORMAT:
         raise stale(f"bundle format {data.get('format')!r}, this snn reads format {bundle_format.FORMAT}")
+    built_for = bundle_format.precision(data)
+    if built_for not in bundle_format.PRECISIONS:
+        bad, built_for = built_for, bundle_format.DEFAULT_PRECISION  # the rebuild then names no --precision
+        raise stale(f"field 'precision' is {bad!r}, not one of {', '.join(bundle_format.PRECISIONS)}")
+    if precision is not None and precision != built_for:
+        raise CacheError(f"{path}: built for {built_for}, the run asks for {precision}; rebuild with: "
+                         f"{build_command(spec_path, gpu, batch, precision)}")
+    sixteen = built_for != bundle_format.DEFAULT_PRECISION  # no kernels, no epilogue: every conv dense (cuDNN)
     for key, typ in (("network", str), ("compute_capability", list), ("batches", list),
                      ("epilogue", dict), ("kernels", dict), ("layers", list)):
+        if key == "epilogue" and sixteen:
+            continue
         if not isinstance(data.get(key), typ):
             raise stale(f"field '{key}' is missing or not a {typ.__name__}")
     if data["network"] != net.name:
@@ -212,7 +233,10 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
             if key not in kern:
                 raise stale(f"kernel '{k}' has no '{key}'")
     tpath, rows = None, []
-    if tuning_path is not False:
+    if sixteen and tuning_path:
+        raise CacheError(f"{tuning_path}: a {built_for} bundle has no sparse kernels, so no tuning applies to it "
+                         f"({path}: every conv runs dense on cuDNN's tensor cores)")
+    if tuning_path is not False and not sixteen:
         tpath = Path(tuning_path) if tuning_path else path.parent / bundle_format.TUNING
         if tuning_path and not tpath.is_file():
             raise CacheError(f"{tpath}: no such tuning file (`snn-run calibrate --tuning {tpath}` writes one)")

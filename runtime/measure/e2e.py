@@ -216,6 +216,9 @@ def _snn16_run(env, net, sd_cpu, cache, sets, graphs, reps, warmup, nv, B, ref, 
     against float64 next to the baselines' of the same precision, its top-5 against the eager model's."""
     from ..executor import Executor, TorchBackend
     torch = env.torch
+    # Off the fp32 bundle, forced dense: a 16-bit bundle holds nothing but the spec and every conv marked dense, so
+    # this is the run snn.load makes of one, and one bench needs one bundle. The rule that a bundle runs in its own
+    # precision is snn.load's and infer's; this Executor is built directly and needs no override.
     ex = Executor(net, sd_cpu, TorchBackend(), cache, str(env.device), "dense", precision=precision)
     fn, how = _runner(env, ex, sets, graphs)
     rec = _measure(env, nv, fn, sets, reps, warmup, B)

@@ -16,10 +16,11 @@ if TYPE_CHECKING:
 
 
 def load_caches(env: Env, net, spec, cache_dir, gpu, batches):
-    """The manifest built for this device, and its kernel cache for each batch."""
+    """The manifest built for this device, and its kernel cache for each batch. The benchmarks time the sparse
+    kernels, so the bundle must be an fp32 one (a 16-bit bundle has none: refused, naming the rebuild)."""
     from .. import manifest
     path = manifest.locate(cache_dir, net, spec, gpu, batches[0], env.name, env.cc)
-    return path, {b: manifest.load(path, net, spec, b, env.cc) for b in batches}
+    return path, {b: manifest.load(path, net, spec, b, env.cc, precision="fp32") for b in batches}
 
 
 def load_weights(env: Env, net, weights_arg, seed):

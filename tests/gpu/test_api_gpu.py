@@ -82,12 +82,12 @@ nodes:
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("graph", [True, False])
 def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tmp_path, precision, graph):
-    """--precision bf16 / fp16: cuDNN's fused conv + bias (+ residual) + ReLU on every conv; the logits' error
+    """A bf16 / fp16 bundle: cuDNN's fused conv + bias (+ residual) + ReLU on every conv; the logits' error
     against float64 within 1.5x that of the same spec run by torch in the same precision, and finite."""
     spec = tmp_path / "blocknet.yaml"
     spec.write_text(RESNET_BLOCK)
-    b = snn.build(str(spec), gpu="auto", batch=[4], out=tmp_path / "gen").manifest_path.parent
-    engine = snn.load(b, batch=4, graph=graph, precision=precision)
+    b = snn.build(str(spec), gpu="auto", batch=[4], out=tmp_path / "gen", precision=precision).manifest_path.parent
+    engine = snn.load(b, batch=4, graph=graph)  # the bundle's precision
     net = load_spec(b / "spec.yaml")
     sd, _, _ = weights.load(net, None, 0, device="cuda")
     x = torch.randn(4, 3, 16, 16, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
@@ -101,3 +101,5 @@ def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tm
     assert all(t.path == "dense" or t.path == "device" for t in engine.last_trace)
     with pytest.raises(RunError, match="sparse path needs fp32"):
         snn.load(b, batch=4, precision=precision, force="sparse")
+    with pytest.raises(RunError, match=f"built for {precision}, the run asks for fp32; rebuild with: .* --precision fp32"):
+        snn.load(b, batch=4, precision="fp32")

@@ -25,7 +25,10 @@ for p in sorted(out.glob("*_b*.json")):
 lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, trained-like profile)", "",
          "ms per forward pass: graph replay (CUDA events, median of 50); per kind, the summed GPU time of its "
          "activities in one replay (CUPTI) and their count. Activities per conv: every kernel, memset and copy "
-         "of a replay over the network's convs. rel err: the worst of 21 replays' logits against float64.", ""]
+         "of a replay over the network's convs. rel err: the worst of 21 replays' logits against float64. Under "
+         "programmatic launches (after) a kernel's activity begins when it starts and waits for its predecessor, so "
+         "the per-kind times overlap there; the replay time is the measure. nopdl: after's build and calibration "
+         "with plain launches (SNN_PDL=0).", ""]
 kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
 head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
        [f"{k} ms (n)" for k in kinds_all]

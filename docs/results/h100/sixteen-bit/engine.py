@@ -23,14 +23,16 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     a = ap.parse_args(argv)
     env = Env()
-    bundle = snn.build("network_specs/resnet152.yaml", gpu="h100", batch=[a.batch], out="/tmp/snn_engine16").manifest_path.parent
+    # a 16-bit bundle per precision (each runs in the precision it was built for)
+    bundles = {p: snn.build("network_specs/resnet152.yaml", gpu="h100", batch=[a.batch], out=f"/tmp/snn_engine_{p}",
+                            precision=p).manifest_path.parent for p in ("bf16", "fp16")}
     x = torch.randn(a.batch, 3, 224, 224, device="cuda", generator=torch.Generator("cuda").manual_seed(0))
     rows = []
     with torch.inference_mode():
         for bench in (True, False):
             torch.backends.cudnn.benchmark = bench
             for p in ("bf16", "fp16", "bf16", "fp16"):
-                e = snn.load(bundle, batch=a.batch, precision=p)
+                e = snn.load(bundles[p], batch=a.batch, precision=p)
                 e(x)
                 replay = e.graph.replayer(x)
                 row = {"precision": p, "batch": a.batch, "cudnn_benchmark": bench,
