@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from snn.codegen.bundle import PRECISIONS
 from snn.codegen.errors import UserError
 from snn.codegen.spec import SpecError, load_spec
 
@@ -137,7 +138,7 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--clusters", is_flag=True,
               help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics and "
                    "an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
-@click.option("--precision", default="fp32", type=click.Choice(["fp32", "bf16", "fp16"]),
+@click.option("--precision", default="fp32", type=click.Choice(PRECISIONS),
               help="fp32: exact, the sparse kernels; bf16 / fp16: every conv dense on cuDNN's tensor cores (16-bit "
                    "sparse kernels measured slower), so nothing is compiled and no nvcc is needed. Recorded in the "
                    "manifest: `snn-run` runs the bundle in it.")
@@ -272,7 +273,7 @@ def run_main():
 @click.option("--compare-dense", is_flag=True,
               help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
                    "and print both.")
-@click.option("--precision", default=None, type=click.Choice(["fp32", "bf16", "fp16"]),
+@click.option("--precision", default=None, type=click.Choice(PRECISIONS),
               help="The precision the bundle was built for (`snn-codegen build --precision`), the default; one "
                    "other than the bundle's is refused. fp32: exact, the sparse kernels where they pay; bf16 / fp16: "
                    "every conv on cuDNN's tensor cores with its bias, residual and ReLU fused into one call (no "

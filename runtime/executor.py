@@ -32,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from snn.codegen.bundle import PRECISIONS  # the precisions a bundle records; the executor runs each
 from snn.codegen.spec import Network
 
 from . import dispatch
@@ -124,9 +125,6 @@ class TorchBackend:
 
     def prepare_accumulator(self, numel):
         """Nothing to make: the emulation computes into the output."""
-
-
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def torch_dtype(torch, precision: str):

@@ -70,16 +70,9 @@ def test_a_clusters_split_sums_on_chip_with_its_epilogue():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
-def test_cluster_kernels_compile_without_spills():
-    kernels = [k for k, _, _ in cluster_cases()]
-    report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
-    assert set(report) == {k.name for k in kernels}
-    assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
-def test_sixteen_bit_kernels_compile_without_spills():
-    kernels = [k for k, _, _ in sixteen_bit_cases()]
+@pytest.mark.parametrize("cases", [cluster_cases, sixteen_bit_cases], ids=["cluster", "sixteen_bit"])
+def test_case_kernels_compile_without_spills(cases):
+    kernels = [k for k, _, _ in cases()]
     report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
     assert set(report) == {k.name for k in kernels}
     assert not {n: r for n, r in report.items() if r["stack"] or r["spill_stores"] or r["spill_loads"]}
