@@ -109,7 +109,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "
                 IW=iw, NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
-                DT=PRECISIONS[precision], **cluster_geometry(shape, cfg))
+                DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision), **cluster_geometry(shape, cfg))
 
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
@@ -188,6 +188,21 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, precision:
 CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
+# The producer's epilogue in the consumer's staging: a kernel that can take it (`input_epilogue`) also takes
+# these two. in_shift non-null: its input holds the producing conv's raw sums (a split's, added into a runtime
+# buffer), and each staged value in the image becomes relu(value + in_shift[c]) before its mask is built; the
+# block's own pixels (its output tile's, at n tile 0) count their zeros into in_zeros, so the producer needs
+# no epilogue launch. Null: the input is used as it is.
+IN_ARGS = ["in_shift", "in_zeros"]
+
+
+def input_epilogue(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
+    """Whether the kernel for (shape, cfg) takes IN_ARGS: FP32, no cluster, stride 1 and an output the size of
+    its input (each input pixel then lies in exactly one block's output tile: that block counts it)."""
+    return (precision == "fp32" and not cfg.cluster and shape.stride == (1, 1)
+            and (shape.P, shape.Q) == (shape.H, shape.W))
+
+
 # A channel split that adds with atomics adds into this buffer instead of `output`: the runtime's zeroed FP32
 # accumulator (one per backend, shared by the layers), which its epilogue launch reads into `output` and
 # leaves zeroed again (snn_epilogue's `clear`), so no memset step is needed.
@@ -206,11 +221,16 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     compiled in, __cluster_dims__); a channel split that adds with atomics adds into the runtime's
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
-    args = [ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS]
+    args = [ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]
     return EmittedKernel(name, src, steps, {}, "CRSN", epilogue=not split, precision=precision)
+
+
+# snn_epilogue also zeroes a second range it is given (`zero`, `zero_total`): the buffer the consumers of moved
+# epilogues (IN_ARGS) read, cleared in a launch the graph makes anyway. The manifest marks it ("zero_range").
+EPILOGUE_ZERO_RANGE = True
 
 
 def render_epilogue() -> tuple[str, str]:
@@ -246,7 +266,8 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb,
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
-                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float", **cluster_geometry(shape, cfg),
+                TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float",
+                IN_EPI=input_epilogue(shape, cfg), **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 

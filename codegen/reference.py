@@ -96,6 +96,31 @@ def sparse_conv_fused(x: np.ndarray, w_crsn: np.ndarray, shape: ConvShape, cfg: 
     return out
 
 
+def input_epilogue_zeros(x_raw: np.ndarray, shift: np.ndarray, shape: ConvShape, cfg: KernelConfig) -> int:
+    """The zeros the blocks of a kernel taking its producer's epilogue (emit.IN_ARGS) count: each block at n
+    tile 0 stages its (th*wh) x (tw*ww) block tile plus halo of channels [tile_c*TC, +TC), applies
+    relu(v + shift[c]) in the image, and counts the zeros of the pixels of its own output tile."""
+    B, H, W, C = x_raw.shape
+    (ph, pw), bth, btw = shape.padding, cfg.th * cfg.wh, cfg.tw * cfg.ww
+    ih, iw = (bth - 1) * shape.stride[0] + shape.R, (btw - 1) * shape.stride[1] + shape.S
+    g = cfg.grid(shape, B)
+    y = np.maximum(x_raw.astype(np.float32) + shift.astype(np.float32), np.float32(0))
+    zeros = 0
+    for b in range(B):
+        for th in range(g["tiles_h"]):
+            for tw in range(g["tiles_w"]):
+                h0, w0 = th * bth - ph, tw * btw - pw
+                for tc in range(g["tiles_c"]):
+                    c0, c1 = tc * cfg.tc, min(tc * cfg.tc + cfg.tc, C)
+                    for iy in range(ih):
+                        for ix in range(iw):
+                            h, w = h0 + iy, w0 + ix
+                            own = 0 <= iy - ph < bth and 0 <= ix - pw < btw
+                            if own and 0 <= h < H and 0 <= w < W:
+                                zeros += int(np.count_nonzero(y[b, h, w, c0:c1] == 0))
+    return zeros
+
+
 def relu_sparse_input(rng: np.random.Generator, shape, sparsity: float, dtype=np.float32) -> np.ndarray:
     """Random activations with about `sparsity` zeros (ReLU-like: positive non-zeros)."""
     x = rng.random(shape).astype(dtype) + np.asarray(0.05, dtype)

@@ -21,11 +21,11 @@ from types import SimpleNamespace
 
 from snn.codegen.cache import CubinCache
 from snn.codegen.compile import Compiler, problems
-from snn.codegen.emit import EmittedKernel, render_epilogue
+from snn.codegen.emit import EPILOGUE_ZERO_RANGE, EmittedKernel, render_epilogue
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import CudaBackend, workspace
+from .kernels import CudaBackend, takes_input_epilogue, workspace
 
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
@@ -64,7 +64,7 @@ class KernelRunner:
         self._ws: dict[str, dict] = {}
         epi_name, epi_source = render_epilogue()
         self._compile({epi_name: epi_source})
-        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name}
+        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name, "zero_range": EPILOGUE_ZERO_RANGE}
         self.backend = CudaBackend(self.dev, SimpleNamespace(epilogue=epilogue))
 
     def _compile(self, sources: dict[str, str]) -> dict[str, list[str]]:
@@ -76,7 +76,7 @@ class KernelRunner:
         """Compile what the cache lacks; returns the kernels with a stack frame or spills, and why."""
         return self._compile({k.name: k.source for k in kernels})
 
-    def run(self, kernel: EmittedKernel, x, w, out, epi=None) -> None:
+    def run(self, kernel: EmittedKernel, x, w, out, epi=None, in_epi=None) -> None:
         """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
         goes into a kernel that fuses it, else into one epilogue launch after it. The kernel's workspace is
         made (zeroed) on its first run."""
@@ -84,17 +84,27 @@ class KernelRunner:
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
         # NHWC out as the NCHW-shaped (channels_last) view an epilogue launch reads its channels from
-        self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi)
+        self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi,
+                                 in_epi)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
-                   form: int = 0) -> dict:
+                   form: int = 0, handoff: bool = False) -> dict:
         """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
         workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
-        epilogue as the executor gives it: one snn_epilogue launch after the kernel."""
-        from .executor import Epilogue, torch_dtype
+        epilogue as the executor gives it: one snn_epilogue launch after the kernel.
+        handoff: the input is a producer's raw sums (signed) and the kernel applies relu(x + shift[c]) while
+        staging (emit.IN_ARGS); the zeros it counts there must be those of relu(x + shift), each once."""
+        from .executor import Epilogue, InputEpilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
+        in_epi, in_zeros_expected = None, None
+        if handoff:  # signed sums whose relu(x + shift) has about `sparsity` zeros; the reference sees that
+            shift = torch.randn(shape.C, generator=gen, device="cuda") * 0.1
+            x = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2) - shift
+            in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
+            x_eff = (x + shift).clamp_min(0)
+            in_zeros_expected = int((x_eff == 0).sum())
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
         bias, residual, relu = [(True, True, True), (True, False, True), (True, False, False),
                                 (False, False, False)][form % 4]
@@ -108,22 +118,26 @@ class KernelRunner:
             if not kernel.epilogue:  # a split adds FP32 sums: checked through the FP32 epilogue, zeros counted
                 b = r = None
                 relu = False
-        want = conv_float64(torch, x, w, shape)
+        want = conv_float64(torch, x if in_epi is None else x_eff, w, shape)
         if b is not None:
             want = want + b.double()
         if r is not None:
             want = want + r.double()
         if relu:
             want = want.clamp_min(0)
-        outs, counted = [], []
+        outs, counted, in_counted = [], [], []
         out_dt = dt if p16 and kernel.epilogue else torch.float32
         for _ in range(2):
             out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda", dtype=out_dt)
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
-            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0))
+            if in_epi is not None:
+                in_epi.counters.zero_()
+            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0), in_epi)
             torch.cuda.synchronize()
             outs.append(out)
             counted.append(int(zeros.item()))
+            if in_epi is not None:
+                in_counted.append(int(in_epi.counters.item()))
         scale = float(want.abs().max())
         rounding = ROUNDING[kernel.precision] if p16 and kernel.epilogue else 0.0
         # the worst error, in units of what is allowed where it occurs (<= 1 passes)
@@ -131,20 +145,24 @@ class KernelRunner:
                 for o in outs]
         nan = sum(int(torch.isnan(o).sum()) for o in outs)
         nz = [int((o == 0).sum()) for o in outs]
-        ok = nan == 0 and max(errs) <= 1.0 and counted == nz
-        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias,
+        ok = nan == 0 and max(errs) <= 1.0 and counted == nz and in_counted == ([in_zeros_expected] * 2 if handoff else [])
+        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias, "handoff": handoff,
+                "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected,
                 "residual": residual, "relu": relu, "precision": kernel.precision, "err_over_allowed": max(errs),
                 "max_abs_err": max(float((o.double() - want).abs().max()) for o in outs), "max_abs_ref": scale, "nan": nan,
                 "zeros": counted, "zeros_expected": nz, "ok": ok}
 
-    def check_convs(self, cases, seed: int = 0) -> list[dict]:
-        """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each."""
+    def check_convs(self, cases, seed: int = 0, handoff: bool = False) -> list[dict]:
+        """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each. handoff: the
+        cases whose kernel takes its producer's epilogue (emit.IN_ARGS), checked with it."""
         gen = self.torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
         for i, (k, shape, batch) in enumerate(cases):
+            if handoff and not takes_input_epilogue({"steps": k.steps}):
+                continue
             sparsity = 0.4 + 0.55 * float(self.torch.rand(1, generator=gen, device="cuda"))
-            rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=i))
+            rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=i, handoff=handoff))
         return rows
 
     def check_epilogue(self, seed: int = 2) -> list[dict]:
@@ -163,10 +181,13 @@ class KernelRunner:
             want = want.clamp_min(0) if relu else want
             out = x if in_place else torch.full_like(x, float("nan"))
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
-            self.backend.epilogue(x, scale, shift, res, out, zeros, 0, relu)
+            # the zero range (runtime/handoff.py): vector and scalar lengths, never reaching past its end
+            zero = torch.full((1000 + 3 * len(rows) + 2,), 7.0, device="cuda")
+            self.backend.epilogue(x, scale, shift, res, out, zeros, 0, relu, zero=zero[:-1])
             torch.cuda.synchronize()
             err, nz = float((out - want).abs().max()), int((out == 0).sum())
+            zeroed = bool((zero[:-1] == 0).all()) and float(zero[-1]) == 7.0
             rows.append({"shape": [b, c, h, w], "residual": residual, "relu": relu, "in_place": in_place,
-                         "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz,
-                         "ok": err < TOLERANCE and int(zeros.item()) == nz and (not relu or nz > 0)})
+                         "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz, "zero_range": zeroed,
+                         "ok": err < TOLERANCE and int(zeros.item()) == nz and (not relu or nz > 0) and zeroed})
         return rows

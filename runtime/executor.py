@@ -38,7 +38,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import ACCUMULATOR, OPTIONAL_ARGS, uses_accumulator, workspace
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, launches_epilogue, takes_input_epilogue, uses_accumulator,
+                      workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -60,6 +61,15 @@ class Epilogue:
     @property
     def empty(self) -> bool:
         return self.bias is None and self.bias_only
+
+
+@dataclass
+class InputEpilogue:
+    """A producer's epilogue its consumer applies while staging (emit.IN_ARGS): relu(sum + shift[c]), the zeros
+    counted into counters[slot]. runtime/graph.py moves it there, where the producer is a channel split."""
+    shift: object
+    counters: object = None
+    slot: int | None = None
 
 
 @dataclass
@@ -102,7 +112,8 @@ class TorchBackend:
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None) -> bool:
         F = self.torch.nn.functional
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
@@ -110,15 +121,30 @@ class TorchBackend:
             for a in names:
                 if a not in bufs and a not in OPTIONAL_ARGS:
                     raise RunError(f"kernel '{name}': step names unknown buffer '{a}'")
+        if in_epi is not None and not takes_input_epilogue(kentry):
+            raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
+        if into is not None and not uses_accumulator(kentry):
+            raise RunError(f"kernel '{name}' stores its own epilogue: it cannot leave it to its consumer")
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
         x = inp
+        if in_epi is not None:  # the producer's epilogue on its raw sums, its zeros counted
+            x = (x + in_epi.shift.view(1, -1, 1, 1)).relu()
+            if in_epi.counters is not None:
+                in_epi.counters[in_epi.slot] += (x == 0).sum()
         if self.compute_dtype is not None:
             x, w = x.to(self.compute_dtype), w.to(self.compute_dtype)
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
+        self.sparse_calls.append(name)
+        if into is not None:  # adds, like the kernel's atomics: a buffer not zeroed shows in the result
+            into.add_(y)
+            return False
         out.copy_(y)
         if epi is not None:
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
-        self.sparse_calls.append(name)
+        if zero is not None and launches_epilogue(kentry, epi):
+            zero.zero_()
+            return True
+        return False
 
     def prepare_bias(self, channels):
         """Nothing to make ahead: this backend allocates as it goes (no CUDA graph records it)."""
@@ -211,13 +237,17 @@ class Executor:
             s = self.convs[conv].shape
             self.backend.prepare_accumulator(int(kentry["batch"]) * s.N * s.P * s.Q)
 
-    def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue) -> None:
+    def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue, in_epi: InputEpilogue | None = None,
+                    into=None, zero=None) -> bool:
         """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included
-        (one snn_epilogue launch after the steps where the kernel does not fuse it)."""
+        (one snn_epilogue launch after the steps where the kernel does not fuse it). runtime/graph.py's moved
+        epilogues: in_epi (the producer's, applied to `inp` while staging), into (a zeroed buffer for this
+        split's raw sums, its epilogue left to the consumer), zero (cleared by this conv's epilogue launch, if it
+        has one: returns True then)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
-        self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                 self.convs[op.name].shape, epi)
+        return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
+                                        self.convs[op.name].shape, epi, in_epi, into, zero)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits

@@ -29,10 +29,10 @@ import sys
 import weakref
 from dataclasses import dataclass
 
-from . import dispatch
+from . import dispatch, handoff
 from .cuda import check, import_torch
 from .errors import RunError
-from .executor import LayerTrace
+from .executor import InputEpilogue, LayerTrace
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
@@ -203,7 +203,24 @@ class Capture:
         self.table_dev = torch.tensor(rows or [0.0], dtype=torch.float64, device=ex.device)
         self.choice = torch.zeros(max(1, len(self.tables)), dtype=torch.int32, device=ex.device)
         self.layers: list[_Layer] = []
+        self.handoffs: dict[str, str] = {}   # producer conv -> the consumer that applies its epilogue (handoff.py)
+        self._pending: dict[str, InputEpilogue] = {}
+        self.sums = None
         self._prepare()
+        self._plan_handoffs()
+
+    def _plan_handoffs(self):
+        """Which splits hand their epilogue to the next conv (runtime/handoff.py), and the buffer for their
+        sums, made now (before the capture)."""
+        ex = self.ex
+        if not handoff.enabled() or not self.tables:
+            return
+        fixed = {name: ex.cache.kernel(t.kernel(b)) for name, t in self.tables.items()
+                 if (b := t.constant_branch()) is not None}
+        self.handoffs = handoff.plan(ex.ops, ex.program.output, fixed)
+        if self.handoffs:
+            sizes = [self.batch * s.N * s.P * s.Q for s in (ex.convs[p].shape for p in self.handoffs)]
+            self.sums = handoff.Sums(self.torch, handoff.Sums.capacity(sizes), ex.device)
 
     def _prepare(self):
         """Everything that loads a module or allocates outside the graph's memory happens now."""
@@ -239,9 +256,22 @@ class Capture:
         fixed = table.constant_branch()
         self.layers.append(_Layer(conv, slot, inp.numel(), table, fixed))
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
-            y = torch.empty(inp.shape[0], shape.N, shape.P, shape.Q, device=inp.device, dtype=inp.dtype,
-                            memory_format=cl)
-            ex.sparse_conv(op, table.kernel(fixed), inp, y, epi)
+            in_epi = self._pending.pop(op.name, None)   # its producer's epilogue, applied while staging
+            consumer = self.handoffs.get(op.name)
+            B_, N, P, Q = inp.shape[0], shape.N, shape.P, shape.Q
+            # raw sums into the graph's buffer for the consumer to finish (a memset first only if no region
+            # taken is still to be read: this conv's input, another producer's output)
+            region = None if consumer is None else self.sums.take(B_ * N * P * Q, not self._pending and in_epi is None)
+            if region is not None:
+                y = region.as_strided((B_, N, P, Q), (P * Q * N, 1, Q * N, N))
+                ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, into=y)
+                self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot)
+            else:
+                y = torch.empty(B_, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                # the regions taken, cleared by this conv's epilogue launch (after it) once none is still to be read
+                zero = self.sums.dirty() if self.sums is not None and not self._pending else None
+                if ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, zero=zero):
+                    self.sums.cleared()
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return y
         handle = self._new_handle(table.branches)
@@ -259,6 +289,12 @@ class Capture:
             raise BodyUnsupported(f"{conv.name}: {e}", conv.name) from None
         trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
         return out["y"]
+
+    def finish(self):
+        """The end of the captured pass: the sums buffer zeroed where a split left sums in it."""
+        assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
+        if self.sums is not None:
+            self.sums.flush()
 
     def _select(self, i, counters, slot, numel, table, handle):
         sel, dev = self.runner.selector, self.runner.device
@@ -382,6 +418,7 @@ class GraphRunner:
             try:
                 with _no_gc(), torch.cuda.graph(g):
                     out = ex.forward(static_x, capture=cap)
+                    cap.finish()
                 if dot:
                     self._dot(g, f"{dot}.b{static_x.shape[0]}.dot")
                     g.instantiate()

@@ -8,6 +8,10 @@
   A channel split that adds with atomics names `accumulator` in its launch: it adds into this backend's
   zeroed FP32 buffer, and the epilogue launch reads it into `out` and zeroes it again (no memset); a split
   with an empty epilogue (no bias, residual, ReLU or count: DenseNet's 3x3 convs) adds into `out`, zeroed first.
+- a producer's epilogue moved into its consumer (runtime/graph.py decides where): the producing split adds
+  its raw sums into `into` (zeroed, the caller's), with no epilogue launch; the consuming kernel gets
+  `in_epi` (shift, counters, slot: emit.IN_ARGS) and applies it while staging. `zero`: a buffer to clear in
+  the epilogue launch after the steps, where there is one (snn_epilogue's zero range).
 """
 from __future__ import annotations
 
@@ -21,13 +25,29 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
-OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu")
+OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros")
 # the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
 ACCUMULATOR = "accumulator"
 
 
 def uses_accumulator(kentry: dict) -> bool:
     return any(ACCUMULATOR in step.get("args", ()) for step in kentry["steps"])
+
+
+def takes_input_epilogue(kentry: dict) -> bool:
+    """The kernel can apply its producer's epilogue while staging (emit.IN_ARGS in its launch)."""
+    return any("in_shift" in step.get("args", ()) for step in kentry["steps"])
+
+
+def launches_epilogue(kentry: dict, epi) -> bool:
+    """Whether a sparse_conv of this kernel with this epilogue (into=None) ends with an snn_epilogue launch."""
+    if epi is None or epi.empty:
+        return False
+    return uses_accumulator(kentry) or not kentry.get("epilogue")
+
+
+def _counter(counters, slot) -> int:
+    return counters.data_ptr() + 8 * slot if counters is not None else 0
 
 
 def workspace(torch, sizes: dict | None, device) -> dict:
@@ -47,6 +67,7 @@ class CudaBackend:
         self.epi_cubin, self.epi_fn = epi["cubin"], epi.get("function", "snn_epilogue")
         self.epi_block = int(epi.get("block", EPILOGUE_BLOCK))
         self.epi_pdl = bool(epi.get("pdl"))
+        self.epi_zero = bool(epi.get("zero_range"))   # it can clear a second range (emit.EPILOGUE_ZERO_RANGE)
         self._consts: dict[tuple[str, int], object] = {}
         self._acc = None
         self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
@@ -72,24 +93,37 @@ class CudaBackend:
         CUDA graph capture, so that the captured epilogue allocates nothing)."""
         self._const(1.0, channels)
 
-    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False):
+    def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False, zero=None):
+        """zero: a float32 tensor to clear in the same launch (an epilogue without the zero range: a memset)."""
         c = inp.shape[1]
         total = inp.numel()
+        if zero is not None and (not self.epi_zero or total == 0):
+            zero.zero_()
+            zero = None
         if total == 0:
             return
         scale = self._const(1.0, c, inp.device) if scale is None else scale
         shift = self._const(0.0, c, inp.device) if shift is None else shift
-        zeros = counters.data_ptr() + 8 * slot if counters is not None else 0
         args = [(inp.data_ptr(), _PTR), (scale.data_ptr(), _PTR), (shift.data_ptr(), _PTR),
                 (residual.data_ptr() if residual is not None else 0, _PTR), (out.data_ptr(), _PTR),
-                (zeros, _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32), (1 if clear else 0, _I32)]
+                (_counter(counters, slot), _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32),
+                (1 if clear else 0, _I32)]
+        if self.epi_zero:
+            args += [(_ptr(zero), _PTR), (0 if zero is None else zero.numel(), _I64)]
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None):
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None) -> bool:
+        """The kernel's steps and its epilogue (see the module's docstring); True where `zero` was cleared."""
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
-        if uses_accumulator(kentry):
+        if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)
+            if not uses_accumulator(kentry):
+                raise RunError(f"kernel '{name}' stores its own epilogue: it cannot leave it to its consumer")
+            bufs[ACCUMULATOR] = into
+            epi = None
+        elif uses_accumulator(kentry):
             if epi is None or epi.empty:  # nothing to apply: the split adds into out, zeroed first (one fill
                 out.zero_()                 # kernel, cheaper than an epilogue that copies the sums out)
                 bufs[ACCUMULATOR] = out
@@ -97,11 +131,15 @@ class CudaBackend:
                 acc = self.prepare_accumulator(out.numel(), out.device)
                 bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
-        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0}
+        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0}
         fused = bool(kentry.get("epilogue"))
         if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
-                        zeros=epi.counters.data_ptr() + 8 * epi.slot if epi.counters is not None else 0)
+                        zeros=_counter(epi.counters, epi.slot))
+        if in_epi is not None:
+            if not takes_input_epilogue(kentry):
+                raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
+            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=_counter(in_epi.counters, in_epi.slot))
         for i, step in enumerate(kentry["steps"]):
             op = step.get("op")
             if op == "memset":
@@ -125,6 +163,9 @@ class CudaBackend:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
         if acc is not None:  # the sums into out, the epilogue applied, the accumulator zeroed: one launch
             self.epilogue(bufs[ACCUMULATOR], None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu,
-                          clear=True)
+                          clear=True, zero=zero)
         elif epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
-            self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
+            self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, zero=zero)
+        else:
+            return False
+        return zero is not None

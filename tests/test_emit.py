@@ -21,14 +21,16 @@ def test_render_sparse_contract():
     sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
     assert sig, "kernel must be extern C with the config name"
     params = [" ".join(p.split()) for p in sig.group(1).split(",")]
-    assert len(params) == len(emit.CONV_ARGS) == 7  # sizes are constants: pointers, and the relu flag
-    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS
-    assert params[6] == "int relu" and all("*" in p for p in params[:6])
+    # sizes are constants: pointers, the relu flag, and (stride 1, same size) the producer's epilogue's pointers
+    assert len(params) == len(emit.CONV_ARGS) + len(emit.IN_ARGS) == 9
+    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS + emit.IN_ARGS
+    assert params[6] == "int relu" and all("*" in p for p in params[:6] + params[7:])
     # 256 channels in tiles of 32: partial sums meet in atomics in the runtime's zeroed accumulator, passed
     # where the output goes; the runtime's epilogue reads them into the output (no memset step)
     assert len(k.steps) == 1 and not k.epilogue
     launch = k.steps[0]
-    assert launch["function"] == k.name and launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:]]
+    assert launch["function"] == k.name
+    assert launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:], *emit.IN_ARGS]
     assert emit.ACCUMULATOR == "accumulator"
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
     assert "atomicAdd(reinterpret_cast<float2*>(output + e), o);" in k.source and "#define NPIX 81" in k.source
@@ -136,7 +138,8 @@ def test_render_epilogue():
     flat = " ".join(src.split())
     assert ('extern "C" __global__ void __launch_bounds__(1024) snn_epilogue(float* in, const float* scale, '
             'const float* shift, const float* residual, float* out, unsigned long long* zeros, long long total, '
-            'int C, int relu, int clear)') in flat
+            'int C, int relu, int clear, float* zero, long long zero_total)') in flat
+    assert emit.EPILOGUE_ZERO_RANGE and "reinterpret_cast<float4*>(zero)[i] = make_float4(0.f, 0.f, 0.f, 0.f);" in src
     assert "float4" in src and "atomicAdd(zeros" in src
     # clear: the accumulator read is zeroed before out is stored (in and out may alias: out wins)
     assert flat.index("if (clear) in[i] = 0.f;") < flat.index("out[i] = v;")
@@ -163,6 +166,24 @@ def test_every_kernel_waits_for_its_predecessor_before_it_reads_activations():
     for src, first_read in ((emit.render_epilogue()[1], "reinterpret_cast<const float4*>(in)[i]"),
                             (emit.render_selector()[1], "(double)(*zeros)")):
         assert src.count("griddepcontrol.wait;") == 1 and src.index("griddepcontrol.wait;") < src.index(first_read)
+
+
+def test_kernels_take_their_producers_epilogue_where_each_pixel_has_one_owner():
+    """Stride-1, same-size FP32 kernels (classic and warp-tiled, split or not) take in_shift / in_zeros after
+    the epilogue's arguments (emit.IN_ARGS) and apply them only while in_shift is non-null; others do not."""
+    s2 = ConvShape(64, 64, 14, 14, 3, 3, (2, 2), (1, 1))
+    takes = [emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4)),
+             emit.render_sparse(S3, 8, KernelConfig(2, 2, 256, 64, 2)),
+             emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))]
+    not_taking = [emit.render_sparse(s2, 1, KernelConfig(2, 2, 16, 64, 1)),
+                  emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16"),
+                  emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True))]
+    for k in takes:
+        assert k.steps[0]["args"][-2:] == emit.IN_ARGS, k.name
+        assert "const float* __restrict__ in_shift, unsigned long long* __restrict__ in_zeros)" in k.source
+        assert "if (in_shift != nullptr) {" in k.source and "atomicAdd(in_zeros" in k.source
+    for k in not_taking:
+        assert not set(emit.IN_ARGS) & set(k.steps[0]["args"]) and "in_shift" not in k.source, k.name
 
 
 # ------------------------------------------------------------------ nvcc

@@ -78,3 +78,36 @@ def test_epilogue_mirror():
     assert zeros == np.count_nonzero(want == 0) > 0
     out2, _ = ref.epilogue(x, scale, shift, None, relu=False)
     assert (out2 < 0).any()
+
+
+# (C, N, H, W, R, S, stride, pad), batch, config: kernels that take their producer's epilogue (stride 1, same size)
+IN_EPI_CASES = [
+    ((16, 24, 9, 11, 3, 3, 1, 1), 2, KernelConfig(4, 4, 8, 32, 1)),         # ragged tiles, channel tiles
+    ((20, 40, 7, 7, 1, 1, 1, 0), 1, KernelConfig(3, 4, 16, 32, 2)),         # 1x1, C not a multiple of tc
+    ((12, 64, 14, 14, 3, 3, 1, 1), 1, KernelConfig(2, 7, 4, 32, 1, 7, 1)),  # warp-tiled: the block tile owns
+    ((8, 32, 10, 9, 1, 1, 1, 0), 2, KernelConfig(1, 4, 8, 32, 1, 4, 2)),    # warp-tiled 1x1, ragged
+]
+
+
+@pytest.mark.parametrize("case", IN_EPI_CASES, ids=lambda c: "x".join(map(str, c[0][:6])) + c[2].tag())
+def test_input_epilogue_counts_each_pixel_once(case):
+    """The blocks of a kernel that applies its producer's epilogue count every input value's zero exactly once
+    (each pixel in its own block's output tile, n tile 0, the block's channels), ragged edges included."""
+    dims, batch, cfg = case
+    shape = _shape(dims)
+    assert emit.input_epilogue(shape, cfg) and (shape.P, shape.Q) == (shape.H, shape.W)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((batch, shape.H, shape.W, shape.C)).astype(np.float32)
+    shift = rng.standard_normal(shape.C).astype(np.float32)
+    want = int(np.count_nonzero(np.maximum(x + shift, 0) == 0))
+    assert 0 < want < x.size
+    assert ref.input_epilogue_zeros(x, shift, shape, cfg) == want
+
+
+def test_input_epilogue_only_where_each_pixel_has_one_owner():
+    s3 = ConvShape(16, 16, 8, 8, 3, 3, (1, 1), (1, 1))
+    assert emit.input_epilogue(s3, KernelConfig(2, 2, 8, 32, 1))
+    assert not emit.input_epilogue(ConvShape(16, 16, 8, 8, 3, 3, (2, 2), (1, 1)), KernelConfig(2, 2, 8, 32, 1))
+    assert not emit.input_epilogue(ConvShape(16, 16, 8, 8, 3, 3, (1, 1), (0, 0)), KernelConfig(2, 2, 8, 32, 1))
+    assert not emit.input_epilogue(s3, KernelConfig(2, 2, 8, 32, 1), "bf16")
+    assert not emit.input_epilogue(s3, KernelConfig(2, 2, 8, 32, 1, cluster=True))

@@ -44,6 +44,18 @@ def test_warp_tiled_kernels_match_float64(runner):
     _assert_match(runner, warp_tiled_cases())
 
 
+def test_kernels_apply_their_producers_epilogue(runner):
+    """Kernels that take a producer's epilogue (stride 1, same size: runtime/handoff.py), classic and warp-tiled,
+    on signed raw sums: relu(x + shift) applied while staging, its zeros counted exactly once."""
+    cases = classic_cases() + warp_tiled_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    rows = runner.check_convs(cases, seed=1, handoff=True)
+    assert len(rows) >= 8 and any("_w" in r["kernel"] for r in rows) and any("_w" not in r["kernel"] for r in rows)
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:5]
+
+
 def test_cluster_kernels_match_float64(runner):
     """Channel splits summed in a thread-block cluster (sm_90+): one round and several, float4 and scalar sums."""
     major, _ = torch.cuda.get_device_capability()

@@ -8,7 +8,8 @@
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
 # KERNEL_CHECKS=0 leaves the float64 kernel checks out (a call that only times).
-# NOPDL=1 adds a side "nopdl": after's bundles and calibration measured with plain launches (SNN_PDL=0).
+# ALSO="NAME:VAR=VALUE" adds a side NAME: after's bundles and calibration measured with VAR=VALUE in the
+# environment (e.g. ALSO=nohandoff:SNN_HANDOFF=0, ALSO=nopdl:SNN_PDL=0).
 # A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
 set -uo pipefail
@@ -40,8 +41,8 @@ for side in "${sides[@]}"; do
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
       for b in 1 8; do
         python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
-        if [ $side = after ] && [ -n "${NOPDL:-}" ]; then
-          SNN_PDL=0 python3 "$here/breakdown.py" "$net" $b "$photos" "$out/nopdl_${net}_b$b.json" 2>&1 | grep -v Warning
+        if [ $side = after ] && [ -n "${ALSO:-}" ]; then
+          env "${ALSO#*:}" python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${ALSO%%:*}_${net}_b$b.json" 2>&1 | grep -v Warning
         fi
       done
     done

@@ -27,8 +27,9 @@ lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, train
          "activities in one replay (CUPTI) and their count. Activities per conv: every kernel, memset and copy "
          "of a replay over the network's convs. rel err: the worst of 21 replays' logits against float64. Under "
          "programmatic launches (after) a kernel's activity begins when it starts and waits for its predecessor, so "
-         "the per-kind times overlap there; the replay time is the measure. nopdl: after's build and calibration "
-         "with plain launches (SNN_PDL=0).", ""]
+         "the per-kind times overlap there; the replay time is the measure. A side other than before and after: "
+         "after's build and calibration run with run.sh's ALSO variable set (nohandoff: SNN_HANDOFF=0, every split "
+         "runs its own epilogue; nopdl: SNN_PDL=0, plain launches).", ""]
 kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
 head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
        [f"{k} ms (n)" for k in kinds_all]
