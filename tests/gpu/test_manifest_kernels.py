@@ -1,7 +1,8 @@
 """Every kernel of every bundle built for this GPU (generated/<network>/<gpu>/manifest.json, or under
 $SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output
 poisoned with NaN first, relative error < 1e-5; a kernel that fuses its epilogue with it (bias, residual,
-ReLU, and its zero count exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
+ReLU, and its zero count exact), every other kernel that takes a producer's epilogue (emit.IN_ARGS) on raw
+sums with it (its count of the staged zeros exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
@@ -18,8 +19,8 @@ if not torch.cuda.is_available():
 
 from snn.codegen import bundle  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
-from snn.runtime.executor import Epilogue  # noqa: E402
-from snn.runtime.kernels import CudaBackend, workspace  # noqa: E402
+from snn.runtime.executor import Epilogue, InputEpilogue  # noqa: E402
+from snn.runtime.kernels import CudaBackend, takes_input_epilogue, workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -67,6 +68,15 @@ def test_every_kernel_matches_float64(path):
         w64 = torch.randn((s["N"], s["C"], s["R"], s["S"]), generator=gen, dtype=torch.float64, device="cuda")
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
         w32 = to_layout(w64.float(), k["weight_layout"])
+        in_epi = None
+        if takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift)
+            shift = torch.randn(s["C"], generator=gen, device="cuda") * 0.1
+            neg = -torch.rand(x32.shape, generator=gen, device="cuda") - 0.2
+            raw = torch.where(x32 > 0, x32, neg) - shift
+            x32 = raw
+            x64 = (raw + shift).clamp_min(0).permute(0, 3, 1, 2).double()   # the sum rounded as the kernel's
+            in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
+            in_zeros = int((x64 == 0).sum())
         ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
                                          padding=tuple(s["padding"])).permute(0, 2, 3, 1)
         epi, form = None, "conv"
@@ -83,8 +93,14 @@ def test_every_kernel_matches_float64(path):
             out = torch.full((b, s["P"], s["Q"], s["N"]), float("nan"), device="cuda")
             if epi is not None:
                 epi.counters.zero_()
-            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi)
+            if in_epi is not None:
+                in_epi.counters.zero_()
+            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi, in_epi)
             torch.cuda.synchronize()
+            if in_epi is not None:
+                got = int(in_epi.counters.item())
+                assert got == in_zeros, f"{name}: counted {got} zeros in its staged input, there are {in_zeros}"
+                form += "+handoff" if rep == 0 else ""
             assert not torch.isnan(out).any(), f"{name}: outputs left unwritten (run {rep + 1})"
             err = ((out.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-5, f"{name} ({form}): relative error {err:.2e} at sparsity {sparsity:.2f} (run {rep + 1})"
