@@ -8,8 +8,9 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi) a manifest kernel's steps, then its
-                                     Epilogue (or None): fused into the launch where the kernel can
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None, zero=None)
+                                     a manifest kernel's steps, then its Epilogue (or None): fused into the
+                                     launch where the kernel can (the hand-off's arguments: Executor.sparse_conv)
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
     prepare_accumulator(numel)       the same for the accumulator a split kernel adds into
 
@@ -22,7 +23,8 @@ Executor, and no others:
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
                                      graph allocates nothing
-    sparse_conv(op, kernel, inp, out, epi)  launch `kernel` for the conv `op` into `out`, epilogue included
+    sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero)  launch `kernel` for the conv `op` into `out`,
+                                     epilogue included, or hand it to the next conv (runtime/handoff.py)
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
     last_trace                       replaced by the graph's trace after each replay

@@ -15,6 +15,9 @@ The conditional node is added to torch's capture with cuda-python (cuStreamGetCa
 cuGraphAddNode -> cuStreamUpdateCaptureDependencies) and each body is recorded with
 cuStreamBeginCaptureToGraph; torch (2.11) has no API for conditional nodes of its own.
 
+A static layer (one kernel at any sparsity) is plain nodes; where it is a split read only by a later static
+conv, it hands its epilogue to that conv (runtime/handoff.py).
+
 The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
 inside a forward pass; after a replay the branches and counters are copied back once for the trace.
 A graph is captured per input shape (batch size) and replayed for every batch of that shape.
