@@ -213,8 +213,8 @@ class Capture:
         self._plan_handoffs()
 
     def _plan_handoffs(self):
-        """Which splits hand their epilogue to the next conv (runtime/handoff.py), and the buffer for their
-        sums, made now (before the capture)."""
+        """Which splits hand their epilogue to the conv that reads them (runtime/handoff.py), and the buffer for
+        their sums, made now (before the capture)."""
         ex = self.ex
         if not handoff.enabled() or not self.tables:
             return

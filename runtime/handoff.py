@@ -1,7 +1,7 @@
 """Epilogue hand-off: a producer conv's epilogue applied by the conv that reads its output, in a CUDA graph.
 
 A channel split (a sparse kernel that adds with atomics) needs an snn_epilogue launch after it to add the
-bias, apply the ReLU and count the zeros. Where its output's only reader is the next conv, and that conv's
+bias, apply the ReLU and count the zeros. Where its output's only reader is a later conv, and that conv's
 kernel can take the epilogue while staging its input (emit.IN_ARGS: relu(sum + shift[c]), zeros counted by
 the block that owns each pixel), the split adds its raw sums into a buffer of the graph's own and the launch
 is gone: ResNet's bottleneck conv1 -> conv2 -> conv3 and DenseNet's conv1 -> conv2 pairs.
