@@ -44,6 +44,14 @@ def relu_input(torch, shape_bhwc, sparsity: float, gen):
     return x.contiguous()
 
 
+def raw_sums(torch, x, gen):
+    """A producer's raw sums for a hand-off check: signed values whose relu(sums + shift) is zero where x is,
+    the shift, and relu(sums + shift) rounded as the kernel computes it (one FP32 add)."""
+    shift = torch.randn(x.shape[-1], generator=gen, device="cuda") * 0.1
+    raw = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2) - shift
+    return raw, shift, (raw + shift).clamp_min(0)
+
+
 def conv_float64(torch, x_bhwc, w_crsn, shape: ConvShape):
     """torch's conv2d in float64 of NHWC input and CRSN weights, NHWC out."""
     x = x_bhwc.double().permute(0, 3, 1, 2)
@@ -100,10 +108,8 @@ class KernelRunner:
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
         in_epi, in_zeros_expected = None, None
         if handoff:  # signed sums whose relu(x + shift) has about `sparsity` zeros; the reference sees that
-            shift = torch.randn(shape.C, generator=gen, device="cuda") * 0.1
-            x = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2) - shift
+            x, shift, x_eff = raw_sums(torch, x, gen)
             in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
-            x_eff = (x + shift).clamp_min(0)
             in_zeros_expected = int((x_eff == 0).sum())
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
         bias, residual, relu = [(True, True, True), (True, False, True), (True, False, False),

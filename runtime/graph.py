@@ -36,6 +36,7 @@ from . import dispatch, handoff
 from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
+from .kernels import counter_ptr
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
@@ -261,16 +262,16 @@ class Capture:
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
             in_epi = self._pending.pop(op.name, None)   # its producer's epilogue, applied while staging
             consumer = self.handoffs.get(op.name)
-            B_, N, P, Q = inp.shape[0], shape.N, shape.P, shape.Q
+            N, P, Q = shape.N, shape.P, shape.Q
             # raw sums into the graph's buffer for the consumer to finish (a memset first only if no region
             # taken is still to be read: this conv's input, another producer's output)
-            region = None if consumer is None else self.sums.take(B_ * N * P * Q, not self._pending and in_epi is None)
+            region = None if consumer is None else self.sums.take(B * N * P * Q, not self._pending and in_epi is None)
             if region is not None:
-                y = region.as_strided((B_, N, P, Q), (P * Q * N, 1, Q * N, N))
+                y = region.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
                 ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, into=y)
                 self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot)
             else:
-                y = torch.empty(B_, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                y = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
                 # the regions taken, cleared by this conv's epilogue launch (after it) once none is still to be read
                 zero = self.sums.dirty() if self.sums is not None and not self._pending else None
                 if ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, zero=zero):
@@ -302,7 +303,7 @@ class Capture:
     def _select(self, i, counters, slot, numel, table, handle):
         sel, dev = self.runner.selector, self.runner.device
         row = self.table_dev.data_ptr() + 8 * self.offsets[self.layers[i].conv.name]
-        args = [(counters.data_ptr() + 8 * slot, _PTR), (row, _PTR), (numel, _I64),
+        args = [(counter_ptr(counters, slot), _PTR), (row, _PTR), (numel, _I64),
                 (self.choice.data_ptr() + 4 * i, _PTR), (int(handle), _U64), (1, _I32)]
         dev.launch(sel["cubin"], sel["function"], (1, 1, 1), (32, 1, 1), 0, args, bool(sel.get("pdl")))
 

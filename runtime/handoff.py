@@ -63,7 +63,6 @@ class Sums:
     what a launch must clear, `cleared` once it is."""
 
     def __init__(self, torch, capacity: int, device):
-        self.torch = torch
         self.buf = torch.zeros(max(1, capacity), dtype=torch.float32, device=device)
         self.used = 0
 

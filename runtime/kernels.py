@@ -46,7 +46,8 @@ def launches_epilogue(kentry: dict, epi) -> bool:
     return uses_accumulator(kentry) or not kentry.get("epilogue")
 
 
-def _counter(counters, slot) -> int:
+def counter_ptr(counters, slot) -> int:
+    """The device address of counters[slot] (int64), or null."""
     return counters.data_ptr() + 8 * slot if counters is not None else 0
 
 
@@ -106,7 +107,7 @@ class CudaBackend:
         shift = self._const(0.0, c, inp.device) if shift is None else shift
         args = [(inp.data_ptr(), _PTR), (scale.data_ptr(), _PTR), (shift.data_ptr(), _PTR),
                 (residual.data_ptr() if residual is not None else 0, _PTR), (out.data_ptr(), _PTR),
-                (_counter(counters, slot), _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32),
+                (counter_ptr(counters, slot), _PTR), (total, _I64), (c, _I32), (1 if relu else 0, _I32),
                 (1 if clear else 0, _I32)]
         if self.epi_zero:
             args += [(_ptr(zero), _PTR), (0 if zero is None else zero.numel(), _I64)]
@@ -135,11 +136,11 @@ class CudaBackend:
         fused = bool(kentry.get("epilogue"))
         if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
-                        zeros=_counter(epi.counters, epi.slot))
+                        zeros=counter_ptr(epi.counters, epi.slot))
         if in_epi is not None:
             if not takes_input_epilogue(kentry):
                 raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
-            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=_counter(in_epi.counters, in_epi.slot))
+            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
         for i, step in enumerate(kentry["steps"]):
             op = step.get("op")
             if op == "memset":
@@ -161,11 +162,10 @@ class CudaBackend:
                                 int(step.get("smem", 0)), args, bool(step.get("pdl")))
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
-        if acc is not None:  # the sums into out, the epilogue applied, the accumulator zeroed: one launch
-            self.epilogue(bufs[ACCUMULATOR], None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu,
-                          clear=True, zero=zero)
-        elif epi is not None and not fused and not epi.empty:  # the kernel leaves it: one launch, in place
-            self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, zero=zero)
-        else:
+        if not launches_epilogue(kentry, epi):
             return False
+        # one launch: a split's sums read into out (the accumulator zeroed again), else in place
+        src = bufs[ACCUMULATOR] if acc is not None else out
+        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu,
+                      clear=acc is not None, zero=zero)
         return zero is not None

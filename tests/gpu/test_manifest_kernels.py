@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from snn.codegen import bundle  # noqa: E402
+from snn.runtime.check import raw_sums  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue, InputEpilogue  # noqa: E402
 from snn.runtime.kernels import CudaBackend, takes_input_epilogue, workspace  # noqa: E402
@@ -70,11 +71,8 @@ def test_every_kernel_matches_float64(path):
         w32 = to_layout(w64.float(), k["weight_layout"])
         in_epi = None
         if takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift)
-            shift = torch.randn(s["C"], generator=gen, device="cuda") * 0.1
-            neg = -torch.rand(x32.shape, generator=gen, device="cuda") - 0.2
-            raw = torch.where(x32 > 0, x32, neg) - shift
-            x32 = raw
-            x64 = (raw + shift).clamp_min(0).permute(0, 3, 1, 2).double()   # the sum rounded as the kernel's
+            x32, shift, finished = raw_sums(torch, x32, gen)
+            x64 = finished.permute(0, 3, 1, 2).double()   # the sum rounded as the kernel's
             in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
             in_zeros = int((x64 == 0).sum())
         ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
