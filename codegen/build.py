@@ -32,7 +32,7 @@ from typing import Any, Callable
 from . import bundle
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
-from .emit import EPILOGUE_ZERO_RANGE, PDL
+from .emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, PDL
 from .errors import UserError
 from .spec import Network
 
@@ -357,7 +357,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             "levels": [round(lv, 2) for lv in levels],
             "nvcc": tc.version, "spec": spec_file,
             "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, "pdl": PDL, "zero_range": EPILOGUE_ZERO_RANGE,
-                         **resources(records[epi_name])},
+                         "in_ld": EPILOGUE_IN_LD, **resources(records[epi_name])},
             **extra, "kernels": kernels, "layers": layers}
 
 

@@ -231,6 +231,9 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
 # snn_epilogue also zeroes a second range it is given (`zero`, `zero_total`): the buffer the consumers of moved
 # epilogues (IN_ARGS) read, cleared in a launch the graph makes anyway. The manifest marks it ("zero_range").
 EPILOGUE_ZERO_RANGE = True
+# and reads an input whose pixels lie `in_ld` elements apart (the first channels of a concat chain's buffer,
+# runtime/lower.py) where it would otherwise need a dense copy. The manifest marks it ("in_ld").
+EPILOGUE_IN_LD = True
 
 
 def render_epilogue() -> tuple[str, str]:

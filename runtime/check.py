@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 from snn.codegen.cache import CubinCache
 from snn.codegen.compile import Compiler, problems
-from snn.codegen.emit import EPILOGUE_ZERO_RANGE, EmittedKernel, render_epilogue
+from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel, render_epilogue
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
@@ -30,9 +30,11 @@ from .kernels import CudaBackend, takes_input_epilogue, workspace
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
 ROUNDING = {"bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
-# (batch, channels, height, width, residual, relu, in place): vector (C % 4 == 0) and scalar paths
-EPILOGUE_CASES = [(3, 64, 56, 56, True, True, False), (1, 64, 1000, 1, False, True, True),
-                  (1, 3, 777, 1, True, False, False), (1, 30, 7, 7, False, True, False)]
+# (batch, channels, height, width, residual, relu, in place, pixel pitch of the input): vector (C % 4 == 0) and
+# scalar paths; a pitch above C reads the first C channels of a wider buffer (a concat chain's value)
+EPILOGUE_CASES = [(3, 64, 56, 56, True, True, False, 64), (1, 64, 1000, 1, False, True, True, 64),
+                  (1, 3, 777, 1, True, False, False, 3), (1, 30, 7, 7, False, True, False, 30),
+                  (3, 64, 14, 14, False, True, False, 96), (2, 30, 7, 7, True, True, False, 37)]
 
 
 def relu_input(torch, shape_bhwc, sparsity: float, gen):
@@ -72,7 +74,8 @@ class KernelRunner:
         self._ws: dict[str, dict] = {}
         epi_name, epi_source = render_epilogue()
         self._compile({epi_name: epi_source})
-        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name, "zero_range": EPILOGUE_ZERO_RANGE}
+        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name, "zero_range": EPILOGUE_ZERO_RANGE,
+                    "in_ld": EPILOGUE_IN_LD}
         self.backend = CudaBackend(self.dev, SimpleNamespace(epilogue=epilogue))
 
     def _compile(self, sources: dict[str, str]) -> dict[str, list[str]]:
@@ -177,15 +180,21 @@ class KernelRunner:
         gen = torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
-        for b, c, h, w, residual, relu, in_place in EPILOGUE_CASES:
+        for b, c, h, w, residual, relu, in_place, pitch in EPILOGUE_CASES:
             def tensor(*shape):
                 return torch.randn(shape, generator=gen, device="cuda")
             x = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last)
+            if pitch > c:  # the channels past C are NaN: a read of one shows in the output
+                buf = torch.full((b, pitch, h, w), float("nan"), device="cuda").contiguous(
+                    memory_format=torch.channels_last)
+                buf[:, :c] = x
+                x = buf[:, :c]
             scale, shift = tensor(c), tensor(c)
             res = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last) if residual else None
             want = x * scale.view(1, c, 1, 1) + shift.view(1, c, 1, 1) + (res if residual else 0)
             want = want.clamp_min(0) if relu else want
-            out = x if in_place else torch.full_like(x, float("nan"))
+            out = x if in_place else torch.full((b, c, h, w), float("nan"), device="cuda").contiguous(
+                memory_format=torch.channels_last)
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
             # the zero range (runtime/handoff.py): vector and scalar lengths, never reaching past its end
             zero = torch.full((1000 + 3 * len(rows) + 2,), 7.0, device="cuda")
@@ -193,7 +202,7 @@ class KernelRunner:
             torch.cuda.synchronize()
             err, nz = float((out - want).abs().max()), int((out == 0).sum())
             zeroed = bool((zero[:-1] == 0).all()) and float(zero[-1]) == 7.0
-            rows.append({"shape": [b, c, h, w], "residual": residual, "relu": relu, "in_place": in_place,
+            rows.append({"shape": [b, c, h, w], "pitch": pitch, "residual": residual, "relu": relu, "in_place": in_place,
                          "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz, "zero_range": zeroed,
                          "ok": err < TOLERANCE and int(zeros.item()) == nz and (not relu or nz > 0) and zeroed})
         return rows

@@ -98,19 +98,21 @@ class TorchBackend:
 
     def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
         # few kernels: it also runs DenseNet's BN + ReLU in the 16-bit engine, on the GPU
+        # straight into `out` (two passes for BN + ReLU, not three); inp may be a strided view, or out itself
         torch = self.torch
         c = inp.shape[1]
         if scale is not None and shift is not None:
-            y = torch.addcmul(shift.view(1, c, 1, 1), inp, scale.view(1, c, 1, 1))
-        elif scale is not None or shift is not None:
-            y = inp * scale.view(1, c, 1, 1) if scale is not None else inp + shift.view(1, c, 1, 1)
-        else:
-            y = inp.clone()
+            torch.addcmul(shift.view(1, c, 1, 1), inp, scale.view(1, c, 1, 1), out=out)
+        elif scale is not None:
+            torch.mul(inp, scale.view(1, c, 1, 1), out=out)
+        elif shift is not None:
+            torch.add(inp, shift.view(1, c, 1, 1), out=out)
+        elif out is not inp:
+            out.copy_(inp)
         if residual is not None:
-            y.add_(residual)
+            out.add_(residual)
         if relu:
-            y.relu_()
-        out.copy_(y)
+            out.relu_()
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
@@ -318,6 +320,7 @@ class Executor:
         else:
             counters = torch.zeros(max(1, len(prog.slots)), dtype=torch.int64, device=self.device) if count else None
         env = {prog.input_name: x.to(self.device, self.dtype).contiguous(memory_format=cl)}
+        blocks: dict[str, object] = {}  # concat chain -> its buffer (lowering's _concat_chains)
         trace: list[LayerTrace] = []
         sync = self.trace and self.device.type == "cuda" and capture is None
         be = self.backend
@@ -329,7 +332,10 @@ class Executor:
             elif op.kind == "alias":
                 env[op.name] = env[op.inputs[0]]
             elif op.kind == "epilogue":
-                inp = env[op.inputs[0]].contiguous(memory_format=cl)
+                inp = env[op.inputs[0]]
+                if a["inplace"] or inp.dim() != 4:
+                    inp = inp.contiguous(memory_format=cl)
+                # else: as it is (a concat chain's view, its pixels wider apart than its channels: the backend reads it)
                 res = env[a["residual"]].contiguous(memory_format=cl) if a["residual"] else None
                 out = inp if a["inplace"] else torch.empty_like(inp, memory_format=cl)
                 slot = a.get("slot")
@@ -356,6 +362,16 @@ class Executor:
                                             ceil_mode=a["ceil_mode"])
             elif op.kind == "adaptive_avgpool":
                 env[op.name] = F.adaptive_avg_pool2d(env[op.inputs[0]], a["size"])
+            elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
+                parts = [env[v] for v in op.inputs]
+                buf = blocks.get(a["buffer"])
+                if buf is None:
+                    b, _, h, w = parts[0].shape
+                    buf = blocks[a["buffer"]] = torch.empty((b, a["total"], h, w), device=self.device,
+                                                            dtype=parts[0].dtype, memory_format=cl)
+                for t, off in zip(parts, a["offsets"]):
+                    buf[:, off:off + t.shape[1]].copy_(t)
+                env[op.name] = buf[:, :a["channels"]]
             elif op.kind == "concat":
                 env[op.name] = torch.cat([env[v] for v in op.inputs], dim=1).contiguous(memory_format=cl)
             elif op.kind == "flatten":

@@ -1,7 +1,7 @@
 """The CUDA backend of the executor: our cubins launched through runtime/cuda.py.
 
-- epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu, clear)` (docs/interfaces.md),
-  1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
+- epilogue: `snn_epilogue(in, scale, shift, residual?, out, zeros?, total, C, relu, clear, zero?, zero_total,
+  in_ld)` (docs/interfaces.md), 1-D grid of ceil(total / block) blocks; the kernel bounds-checks `i < total`.
 - sparse conv: the manifest's steps, in order, on torch's current stream; buffers are torch tensors; the
   conv's epilogue (executor.Epilogue) goes into the launch of a kernel that fuses it (emit.CONV_ARGS),
   else into one snn_epilogue launch after the steps (`out` then NCHW-shaped, as every epilogue's tensors).
@@ -56,6 +56,21 @@ def workspace(torch, sizes: dict | None, device) -> dict:
     return {k: torch.zeros(max(1, int(v)), dtype=torch.uint8, device=device) for k, v in (sizes or {}).items()}
 
 
+def pixel_pitch(t) -> int | None:
+    """Elements from one pixel to the next of an NHWC tensor whose pixels lie evenly apart with their channels
+    adjacent (channels_last, or its first channels: the pitch then exceeds C); None for any other layout."""
+    if t.dim() != 4:
+        return t.shape[-1] if t.is_contiguous() else None
+    b, c, h, w = t.shape
+    sb, sc, sh, sw = t.stride()
+    if c > 1 and sc != 1:
+        return None
+    ld = sw if w > 1 else (sh if h > 1 else max(c, sb))
+    if ld < c or (h > 1 and sh != w * ld) or (b > 1 and sb != h * w * ld):
+        return None
+    return ld
+
+
 def _ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
 
@@ -69,6 +84,7 @@ class CudaBackend:
         self.epi_block = int(epi.get("block", EPILOGUE_BLOCK))
         self.epi_pdl = bool(epi.get("pdl"))
         self.epi_zero = bool(epi.get("zero_range"))   # it can clear a second range (emit.EPILOGUE_ZERO_RANGE)
+        self.epi_ld = bool(epi.get("in_ld"))          # it reads `in` at its own pixel pitch (emit.EPILOGUE_IN_LD)
         self._consts: dict[tuple[str, int], object] = {}
         self._acc = None
         self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
@@ -95,7 +111,9 @@ class CudaBackend:
         self._const(1.0, channels)
 
     def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu, clear=False, zero=None):
-        """zero: a float32 tensor to clear in the same launch (an epilogue without the zero range: a memset)."""
+        """zero: a float32 tensor to clear in the same launch (an epilogue without the zero range: a memset).
+        inp may be the first channels of a wider NHWC buffer (a concat chain's view) when out is another tensor:
+        read in place where the kernel takes a pixel pitch, else through a dense copy."""
         c = inp.shape[1]
         total = inp.numel()
         if zero is not None and (not self.epi_zero or total == 0):
@@ -103,6 +121,12 @@ class CudaBackend:
             zero = None
         if total == 0:
             return
+        ld = pixel_pitch(inp)
+        if ld != c and inp.data_ptr() == out.data_ptr():
+            raise RunError("snn_epilogue writes out densely: an in-place epilogue needs a dense NHWC tensor")
+        if ld is None or (ld != c and not self.epi_ld):
+            inp = inp.contiguous(memory_format=self.torch.channels_last)
+            ld = c
         scale = self._const(1.0, c, inp.device) if scale is None else scale
         shift = self._const(0.0, c, inp.device) if shift is None else shift
         args = [(inp.data_ptr(), _PTR), (scale.data_ptr(), _PTR), (shift.data_ptr(), _PTR),
@@ -111,6 +135,8 @@ class CudaBackend:
                 (1 if clear else 0, _I32)]
         if self.epi_zero:
             args += [(_ptr(zero), _PTR), (0 if zero is None else zero.numel(), _I64)]
+        if self.epi_ld:
+            args.append((ld, _I32))
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 

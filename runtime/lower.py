@@ -7,7 +7,10 @@
   cuDNN path: one `snn_epilogue` launch in place after it); the ReLU's value is an `alias` of the conv's;
 - a batchnorm not after a conv (DenseNet's pre-activation norm1/norm/norm5) + ReLU becomes one
   epilogue with the BN's scale/shift, written to a new tensor (the input lives on in later concats);
-- every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own.
+- every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own;
+- a chain of concats each of which extends the one before (DenseNet's block: cat(x0, y1), cat(x0, y1, y2), ...)
+  shares one buffer as wide as its last: each op copies only its new inputs into their channel slices, and its
+  value is the buffer's first channels (a view: later readers see pixels wider apart than their channels).
 Each conv whose input comes from a ReLU (possibly through maxpool/concat) is *eligible* for the sparse
 path; each tensor such a conv reads gets a zero-counter slot, counted by the epilogue that writes it or
 by a `count` op right after it; each value is dropped after its last reader.
@@ -36,6 +39,8 @@ class Op:
     # epilogue (if fused into it: shift, residual, relu, slot; inputs then end with the residual);
     # epilogue: scale, shift, residual (a value name or None), inplace, relu, slot (if it counts);
     # alias: none (the value is its input's: a conv that applied its epilogue itself);
+    # concat: none (torch.cat of its inputs), or in a chain (_concat_chains): buffer (the chain's name), total
+    # (its channels), offsets (where each input goes), channels (this value's: the buffer's first ones);
     # count: slot; pools: kernel, stride, padding, ceil_mode / size; linear: weight, bias
 
 
@@ -88,6 +93,7 @@ def lower(net: Network, sd: dict, device="cpu") -> Program:
     eligible = {c.name for c in net.sparse_convs}  # the convs the build made kernels for (spec.ConvLayer.sparse)
     ops, slots = _counters(ops, eligible)
     ops = _into_convs(ops)
+    ops = _concat_chains(ops, lambda v: net.input_shape if v == net.input_name else g.nodes[v].shape)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
 
 
@@ -273,6 +279,45 @@ def _into_convs(ops: list[Op]) -> list[Op]:
         if a["residual"] is not None:
             src.inputs = src.inputs + (a["residual"],)
         out.append(Op("alias", op.name, (src.name,)))
+    return out
+
+
+def _concat_chains(ops: list[Op], shape_of) -> list[Op]:
+    """Concats that extend an earlier one (its inputs, then more) write into that one's buffer: each op of a
+    chain copies only its new inputs and reads none of the earlier ones again, so they are freed after their
+    copy. A concat extends at most one other, and is extended by at most one (a second would overwrite the
+    first's channels). shape_of(value) -> (C, H, W)."""
+    concats = [op for op in ops if op.kind == "concat"]
+    parent: dict[str, Op] = {}
+    child: dict[str, Op] = {}
+    for op in concats:
+        best = None
+        for p in concats:
+            if p is op:
+                break
+            k = len(p.inputs)
+            if p.name not in child and k < len(op.inputs) and op.inputs[:k] == p.inputs \
+                    and (best is None or k > len(best.inputs)):
+                best = p
+        if best is not None:
+            parent[op.name], child[best.name] = best, op
+    out: list[Op] = []
+    for op in ops:
+        if op.kind != "concat" or (op.name not in parent and op.name not in child):
+            out.append(op)
+            continue
+        root = op
+        while root.name in parent:
+            root = parent[root.name]
+        last = op
+        while last.name in child:
+            last = child[last.name]
+        widths = [shape_of(v)[0] for v in op.inputs]
+        first = len(parent[op.name].inputs) if op.name in parent else 0
+        offsets = [sum(widths[:i]) for i in range(len(widths))]
+        out.append(Op("concat", op.name, op.inputs[first:],
+                      {"buffer": root.name, "total": sum(shape_of(v)[0] for v in last.inputs),
+                       "offsets": offsets[first:], "channels": sum(widths)}))
     return out
 
 

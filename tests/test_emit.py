@@ -138,11 +138,13 @@ def test_render_epilogue():
     flat = " ".join(src.split())
     assert ('extern "C" __global__ void __launch_bounds__(1024) snn_epilogue(float* in, const float* scale, '
             'const float* shift, const float* residual, float* out, unsigned long long* zeros, long long total, '
-            'int C, int relu, int clear, float* zero, long long zero_total)') in flat
+            'int C, int relu, int clear, float* zero, long long zero_total, int in_ld)') in flat
     assert emit.EPILOGUE_ZERO_RANGE and "reinterpret_cast<float4*>(zero)[i] = make_float4(0.f, 0.f, 0.f, 0.f);" in src
     assert "float4" in src and "atomicAdd(zeros" in src
+    # in is read at its own pixel pitch (in_ld); out stays dense; the vector path needs the pitch aligned too
+    assert emit.EPILOGUE_IN_LD and "float* src = in + px * in_ld + c;" in flat and "(in_ld % 4 == 0)" in flat
     # clear: the accumulator read is zeroed before out is stored (in and out may alias: out wins)
-    assert flat.index("if (clear) in[i] = 0.f;") < flat.index("out[i] = v;")
+    assert flat.index("if (clear) *src = 0.f;") < flat.index("out[i] = v;")
 
 
 def test_every_kernel_waits_for_its_predecessor_before_it_reads_activations():
@@ -163,7 +165,7 @@ def test_every_kernel_waits_for_its_predecessor_before_it_reads_activations():
         first_input = min(i for i in (src.find("fill_input(c0);"), src.find("fill(0, c_begin);")) if i >= 0)
         assert wait < first_input, k.name
     assert emit.PDL
-    for src, first_read in ((emit.render_epilogue()[1], "reinterpret_cast<const float4*>(in)[i]"),
+    for src, first_read in ((emit.render_epilogue()[1], "float4 v = *src;"),
                             (emit.render_selector()[1], "(double)(*zeros)")):
         assert src.count("griddepcontrol.wait;") == 1 and src.index("griddepcontrol.wait;") < src.index(first_read)
 

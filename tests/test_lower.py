@@ -92,3 +92,79 @@ def test_layout_round_trip():
         assert torch.equal(lower.from_layout(v, layout), w)
     with pytest.raises(RunError, match="not a permutation"):
         lower.to_layout(w, "NCHW")
+
+
+# A dense block of three layers and its transition: each layer's concat extends the one before
+DENSE = """
+name: dense
+input: {name: image, shape: [3, 12, 12]}
+nodes:
+  - {name: conv0, op: conv, input: image, in_channels: 3, out_channels: 8, kernel: 3, padding: 1, param: conv0}
+  - {name: norm0, op: batchnorm, input: conv0, channels: 8, param: norm0}
+  - {name: relu0, op: relu, input: norm0}
+  - {name: pool0, op: maxpool, input: relu0, kernel: 2, stride: 2}
+""" + "".join(f"""  - {{name: l{i}.cat, op: concat, inputs: [pool0{''.join(f', l{j}.conv2' for j in range(1, i))}]}}
+  - {{name: l{i}.norm1, op: batchnorm, input: l{i}.cat, channels: {8 + 6 * (i - 1)}, param: l{i}.norm1}}
+  - {{name: l{i}.relu1, op: relu, input: l{i}.norm1}}
+  - {{name: l{i}.conv1, op: conv, input: l{i}.relu1, in_channels: {8 + 6 * (i - 1)}, out_channels: 16, kernel: 1, param: l{i}.conv1}}
+  - {{name: l{i}.norm2, op: batchnorm, input: l{i}.conv1, channels: 16, param: l{i}.norm2}}
+  - {{name: l{i}.relu2, op: relu, input: l{i}.norm2}}
+  - {{name: l{i}.conv2, op: conv, input: l{i}.relu2, in_channels: 16, out_channels: 6, kernel: 3, padding: 1, param: l{i}.conv2}}
+""" for i in (1, 2, 3)).replace("  - {name: l1.cat, op: concat, inputs: [pool0]}\n", "").replace(
+    "input: l1.cat,", "input: pool0,") + """  - {name: block.cat, op: concat, inputs: [pool0, l1.conv2, l2.conv2, l3.conv2]}
+  - {name: t.norm, op: batchnorm, input: block.cat, channels: 26, param: t.norm}
+  - {name: t.relu, op: relu, input: t.norm}
+  - {name: t.conv, op: conv, input: t.relu, in_channels: 26, out_channels: 8, kernel: 1, param: t.conv}
+  - {name: t.pool, op: avgpool, input: t.conv, kernel: 2, stride: 2}
+  - {name: gap, op: global_avgpool, input: t.pool}
+  - {name: flat, op: flatten, input: gap}
+  - {name: fc, op: linear, input: flat, in_features: 8, out_features: 5, param: fc}
+"""
+
+
+def test_a_dense_block_shares_one_buffer():
+    """The block's concats form one chain: the first copies its two inputs, each later one only the layer it
+    adds, into the channels after the ones before; every value is the buffer's first channels; a layer's output
+    is freed once copied (not kept for every later concat)."""
+    net = parse_spec(DENSE, "dense.yaml")
+    prog = lower.lower(net, weights.random_init(net, seed=4), "cpu")
+    cats = {op.name: op for op in prog.ops if op.kind == "concat"}
+    assert list(cats) == ["l2.cat", "l3.cat", "block.cat"]
+    assert {op.attrs["buffer"] for op in cats.values()} == {"l2.cat"}
+    assert all(op.attrs["total"] == 26 for op in cats.values())
+    assert [(op.inputs, op.attrs["offsets"], op.attrs["channels"]) for op in cats.values()] == [
+        (("pool0", "l1.conv2"), [0, 8], 14), (("l2.conv2",), [14], 20), (("l3.conv2",), [20], 26)]
+    freed_at = {v: i for i, free in enumerate(prog.free_after) for v in free}
+    at = {op.name: i for i, op in enumerate(prog.ops)}
+    assert freed_at["l1.conv2"] == at["l2.cat"] and freed_at["l2.conv2"] == at["l3.cat"]
+
+
+@pytest.mark.parametrize("force", ["dense", "sparse"])
+def test_a_dense_block_matches_the_reference(force):
+    """Through the shared buffer (the pre-activation BN + ReLU reading its channel prefix in place), dense and
+    with every eligible conv through the sparse emulation, against float64."""
+    from test_runtime_torch import fake_cache
+    net = parse_spec(DENSE, "dense.yaml")
+    sd = weights.random_init(net, seed=5)
+    x = torch.randn(2, 3, 12, 12)
+    cache = fake_cache(net, batch=2) if force == "sparse" else None
+    ex = executor.Executor(net, sd, executor.TorchBackend(torch.float64), cache, device="cpu", force=force,
+                           trace=True)
+    y = ex.forward(x)
+    assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    ref = executor.reference(net, sd, x.double(), keep_all=True)
+    for t in ex.last_trace:  # each conv's input zeros counted through the views
+        if t.sparsity is not None:
+            inp = ref[net.node(t.name).inputs[0]]
+            assert t.sparsity == pytest.approx((inp == 0).sum().item() / inp.numel(), abs=2e-3), t.name
+
+
+def test_densenet_blocks_are_one_chain_each():
+    from snn.codegen.spec import load_spec
+    net = load_spec("densenet121")
+    prog = lower.lower(net, weights.random_init(net, seed=0), "cpu")
+    cats = [op for op in prog.ops if op.kind == "concat"]
+    assert len(cats) == sum(1 for n in net.nodes if n.op == "concat") == 58
+    assert len({op.attrs["buffer"] for op in cats}) == 4                     # one buffer per dense block
+    assert [op.attrs["total"] for op in cats if op.name.endswith("denseblock4.cat")] == [1024]
+    assert max(len(op.inputs) for op in cats if op.attrs["offsets"][0] > 0) == 1   # each later one adds a layer

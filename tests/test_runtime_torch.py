@@ -434,3 +434,30 @@ def test_grouped_convs_run_dense_with_their_groups():
     ex = executor.Executor(net, sd, executor.TorchBackend(), None, device="cpu")
     x = torch.randn(2, 3, 12, 12)
     assert rel_err(ex.forward(x), executor.reference(net, sd, x.double())) < 1e-5
+
+
+def test_cuda_backend_epilogue_reads_a_channel_prefix_in_place(tiny):
+    """The first C channels of a wider NHWC buffer (a concat chain's value): read where they are, at the buffer's
+    pixel pitch, by an epilogue that takes one (manifest "in_ld"); through a dense copy by one that does not. An
+    in-place epilogue on such a view cannot be: it writes densely."""
+    from snn.runtime.kernels import pixel_pitch
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue", "zero_range": True, "in_ld": True}
+    be = CudaBackend(dev, cache)
+    buf = torch.randn(2, 20, 5, 5).contiguous(memory_format=torch.channels_last)
+    view, out = buf[:, :12], torch.empty(2, 12, 5, 5).contiguous(memory_format=torch.channels_last)
+    assert pixel_pitch(view) == 20 and pixel_pitch(out) == 12 and pixel_pitch(torch.randn(2, 12, 5, 5)) is None
+    s, t = torch.ones(12), torch.zeros(12)
+    be.epilogue(view, s, t, None, out, None, None, True)
+    vals = [v for v, _ in dev.calls[-1][5]]
+    assert vals[0] == buf.data_ptr() and vals[6:8] == [2 * 12 * 25, 12] and vals[-1] == 20
+    be.epilogue(out, s, t, None, out, None, None, True)
+    assert [v for v, _ in dev.calls[-1][5]][-1] == 12
+    with pytest.raises(RunError, match="in-place epilogue needs a dense NHWC tensor"):
+        be.epilogue(view, s, t, None, view, None, None, True)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue", "zero_range": True}
+    old = CudaBackend(dev, cache)
+    old.epilogue(view, s, t, None, out, None, None, True)
+    args = dev.calls[-1][5]
+    assert args[0][0] != buf.data_ptr() and len(args) == 12   # a dense copy; no pitch argument
