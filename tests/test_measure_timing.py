@@ -53,3 +53,39 @@ def test_event_times_us_sleeps_ahead_of_the_host_and_flushes_every_run():
     # two chunks (64 + 6 runs), each behind a sleep covering 100 µs + 1.5 x its runs' host cost
     assert len(torch.sleeps) == 2 and torch.sleeps[0] > torch.sleeps[1] >= 100 * timing._CYCLES_PER_US
     assert info["host_enqueue_us"] >= 0 and info["sleep_us"] >= 100.0
+
+
+def test_kernel_sum_adds_each_activity_per_call_by_kind(monkeypatch):
+    """CUPTI's activities of `iters` calls (torch.profiler, faked): per call, their total, count and kinds; CPU-side
+    events are not counted."""
+    torch = pytest.importorskip("torch")
+    profiler = pytest.importorskip("torch.profiler")
+
+    class Ev:
+        def __init__(self, name, us, device="DeviceType.CUDA"):
+            self.name, self.device_type = name, device
+            self.time_range = type("R", (), {"elapsed_us": lambda s: us})()
+
+    class Prof:
+        def __init__(self, activities):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            return False
+
+        def events(self):
+            return [Ev("sconv_a", 10.0), Ev("sconv_a", 12.0), Ev("snn_epilogue", 4.0), Ev("Memset (Device)", 2.0),
+                    Ev("aten::conv2d", 99.0, "DeviceType.CPU")]
+
+    monkeypatch.setattr(profiler, "profile", Prof)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls = []
+    got = timing.kernel_sum(torch, lambda: calls.append(1), iters=2)
+    assert len(calls) == 3   # one warm-up call, then the two profiled
+    assert got["kernel_sum_ms"] == 0.014 and got["activities_per_call"] == 2.0
+    assert got["by_kind"] == {"sparse conv": {"per_call": 1.0, "ms": 0.011}, "epilogue": {"per_call": 0.5, "ms": 0.002},
+                              "memset": {"per_call": 0.5, "ms": 0.001}}
+    assert list(got["by_kind"]) == ["sparse conv", "epilogue", "memset"]   # largest first

@@ -275,27 +275,37 @@ def activity_kind(name: str) -> str:
     return "other"
 
 
+def cuda_activities(torch, fn, iters: int) -> dict[str, list]:
+    """Every GPU activity (kernel, memset, memcpy) of `iters` calls of `fn`, from CUPTI through torch.profiler:
+    {name: [count, total microseconds]} over all the calls."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    acts: dict[str, list] = {}
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            a = acts.setdefault(e.name, [0, 0.0])
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    return acts
+
+
 def kernel_sum(torch, fn, iters: int = 5) -> dict:
-    """GPU time of every kernel/memset/memcpy of one call of `fn`, from CUPTI through torch.profiler:
+    """GPU time of every kernel/memset/memcpy of one call of `fn` (cuda_activities):
     what the graph replay would take with no gaps between its nodes (bench e2e sets the two side by side),
     with the count and time of each activity_kind."""
     try:
-        from torch.profiler import ProfilerActivity, profile
         fn()
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(iters):
-                fn()
-            torch.cuda.synchronize()
         total, count, kinds = 0.0, 0, {}
-        for e in prof.events():
-            if str(getattr(e, "device_type", "")).endswith("CUDA"):
-                us = e.time_range.elapsed_us()
-                total += us
-                count += 1
-                k = kinds.setdefault(activity_kind(e.name), [0, 0.0])
-                k[0] += 1
-                k[1] += us
+        for name, (n, us) in cuda_activities(torch, fn, iters).items():
+            total += us
+            count += n
+            k = kinds.setdefault(activity_kind(name), [0, 0.0])
+            k[0] += n
+            k[1] += us
         return {"kernel_sum_ms": round(total / 1e3 / iters, 4), "activities_per_call": count / iters,
                 "by_kind": {k: {"per_call": n / iters, "ms": round(us / 1e3 / iters, 4)}
                             for k, (n, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])}}

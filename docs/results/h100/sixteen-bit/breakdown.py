@@ -17,7 +17,7 @@ import snn
 from snn.codegen.spec import load_spec
 from snn.runtime.measure.baselines import _compiled, model_for
 from snn.runtime.measure.inputs import load_weights
-from snn.runtime.measure.timing import Env, event_median_s
+from snn.runtime.measure.timing import Env, cuda_activities, event_median_s
 
 
 def kind(name: str) -> str:
@@ -38,19 +38,9 @@ def kind(name: str) -> str:
 
 
 def activities(fn, iters=5) -> dict:
-    from torch.profiler import ProfilerActivity, profile
     fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    names: dict[str, list] = {}
-    for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            a = names.setdefault(e.name, [0, 0.0])
-            a[0] += 1
-            a[1] += e.time_range.elapsed_us()
+    names = cuda_activities(torch, fn, iters)
     kinds: dict[str, list] = {}
     for n, (c, us) in names.items():
         k = kinds.setdefault(kind(n), [0, 0.0])
