@@ -109,7 +109,8 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "
                 IW=iw, NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
-                DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision), **cluster_geometry(shape, cfg))
+                DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision),
+                IN_RES=input_residual(shape, cfg, precision), **cluster_geometry(shape, cfg))
 
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
@@ -189,11 +190,20 @@ CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
 # The producer's epilogue in the consumer's staging: a kernel that can take it (`input_epilogue`) also takes
-# these two. in_shift non-null: its input holds the producing conv's raw sums (a split's, added into a runtime
-# buffer), and each staged value in the image becomes relu(value + in_shift[c]) before its mask is built; the
-# block's own pixels (its output tile's, at n tile 0) count their zeros into in_zeros, so the producer needs
-# no epilogue launch. Null: the input is used as it is.
+# these. in_shift non-null: its input holds the producing conv's raw sums (a split's, added into a runtime
+# buffer), and each staged value in the image becomes relu(value + in_shift[c] (+ in_res[pixel][c])) before its
+# mask is built; the block's own pixels (its output tile's, at n tile 0) count their zeros into in_zeros and,
+# where in_out is non-null, store the value there (dense NHWC: the producer's output for its later readers, a
+# ResNet block's residual), so the producer needs no epilogue launch. Null: the input is used as it is.
 IN_ARGS = ["in_shift", "in_zeros"]
+# in_res, in_out: rendered into 1x1 kernels only (`input_residual`): a residual block's output feeds 1x1 convs in
+# the shipped networks, and the two extra pointers cost the 3x3 kernels registers (a block of occupancy).
+IN_RES_ARGS = ["in_res", "in_out"]
+
+
+def input_residual(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
+    """Whether the kernel also takes IN_RES_ARGS: an input_epilogue kernel of a 1x1 conv."""
+    return input_epilogue(shape, cfg, precision) and (shape.R, shape.S) == (1, 1)
 
 
 def input_epilogue(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
@@ -221,7 +231,8 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     compiled in, __cluster_dims__); a channel split that adds with atomics adds into the runtime's
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
-    args = [ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
+    args = ([ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
+            + (IN_RES_ARGS if g["IN_RES"] else []))
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]
@@ -270,7 +281,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
                 TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float",
-                IN_EPI=input_epilogue(shape, cfg), **cluster_geometry(shape, cfg),
+                IN_EPI=input_epilogue(shape, cfg), IN_RES=input_residual(shape, cfg), **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 
@@ -294,3 +305,4 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig) -> Emit
     src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, shape_tag=shape.tag(),
                                                               cfg_tag=config.tag())
     return _kernel(name, src, g, batch, [config.threads, g["WARPS"], 1])
+

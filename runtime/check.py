@@ -25,7 +25,7 @@ from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel,
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import CudaBackend, takes_input_epilogue, workspace
+from .kernels import CudaBackend, takes_input_epilogue, takes_input_residual, workspace
 
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
@@ -52,6 +52,23 @@ def raw_sums(torch, x, gen):
     shift = torch.randn(x.shape[-1], generator=gen, device="cuda") * 0.1
     raw = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2) - shift
     return raw, shift, (raw + shift).clamp_min(0)
+
+
+def handoff_input(torch, x, gen, residual: bool):
+    """A producer's epilogue for a hand-off check on NHWC x: (its raw sums, the kernel's input; the
+    executor.InputEpilogue; relu(sums + shift (+ residual)) rounded as the kernel computes it). residual: the
+    kernel also adds the producer's residual and stores the finished input into InputEpilogue.out (NaN until it
+    does; both as the NCHW-shaped views the runtime passes)."""
+    from .executor import InputEpilogue
+    raw, shift, done = raw_sums(torch, x, gen)
+    counters = torch.zeros(1, dtype=torch.int64, device="cuda")
+    if not residual:
+        return raw, InputEpilogue(shift, counters, 0), done
+    res = torch.randn(x.shape, generator=gen, device="cuda")
+    raw = raw - res
+    done = ((raw + shift) + res).clamp_min(0)   # the kernel's order of the two adds
+    stored = torch.full_like(x, float("nan"))
+    return raw, InputEpilogue(shift, counters, 0, res.permute(0, 3, 1, 2), stored.permute(0, 3, 1, 2)), done
 
 
 def conv_float64(torch, x_bhwc, w_crsn, shape: ConvShape):
@@ -105,14 +122,14 @@ class KernelRunner:
         workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
         epilogue as the executor gives it: one snn_epilogue launch after the kernel.
         handoff: the input is a producer's raw sums (signed) and the kernel applies relu(x + shift[c]) while
-        staging (emit.IN_ARGS); the zeros it counts there must be those of relu(x + shift), each once."""
-        from .executor import Epilogue, InputEpilogue, torch_dtype
+        staging (emit.IN_ARGS); the zeros it counts there must be those of relu(x + shift), each once. A kernel
+        that takes emit.IN_RES_ARGS also adds a residual there and must store the finished input exactly."""
+        from .executor import Epilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
-        in_epi, in_zeros_expected = None, None
+        in_epi, in_zeros_expected, stored_ok = None, None, []
         if handoff:  # signed sums whose relu(x + shift) has about `sparsity` zeros; the reference sees that
-            x, shift, x_eff = raw_sums(torch, x, gen)
-            in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
+            x, in_epi, x_eff = handoff_input(torch, x, gen, takes_input_residual({"steps": kernel.steps}))
             in_zeros_expected = int((x_eff == 0).sum())
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
         bias, residual, relu = [(True, True, True), (True, False, True), (True, False, False),
@@ -141,12 +158,16 @@ class KernelRunner:
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
             if in_epi is not None:
                 in_epi.counters.zero_()
+                if in_epi.out is not None:
+                    in_epi.out.fill_(float("nan"))
             self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0), in_epi)
             torch.cuda.synchronize()
             outs.append(out)
             counted.append(int(zeros.item()))
             if in_epi is not None:
                 in_counted.append(int(in_epi.counters.item()))
+                if in_epi.out is not None:
+                    stored_ok.append(bool(torch.equal(in_epi.out.permute(0, 2, 3, 1), x_eff)))
         scale = float(want.abs().max())
         rounding = ROUNDING[kernel.precision] if p16 and kernel.epilogue else 0.0
         # the worst error, in units of what is allowed where it occurs (<= 1 passes)
@@ -154,9 +175,10 @@ class KernelRunner:
                 for o in outs]
         nan = sum(int(torch.isnan(o).sum()) for o in outs)
         nz = [int((o == 0).sum()) for o in outs]
-        ok = nan == 0 and max(errs) <= 1.0 and counted == nz and in_counted == ([in_zeros_expected] * 2 if handoff else [])
+        ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok)
+              and in_counted == ([in_zeros_expected] * 2 if handoff else []))
         return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias, "handoff": handoff,
-                "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected,
+                "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected, "stored_input_exact": stored_ok,
                 "residual": residual, "relu": relu, "precision": kernel.precision, "err_over_allowed": max(errs),
                 "max_abs_err": max(float((o.double() - want).abs().max()) for o in outs), "max_abs_ref": scale, "nan": nan,
                 "zeros": counted, "zeros_expected": nz, "ok": ok}

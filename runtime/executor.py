@@ -8,7 +8,7 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None, zero=None)
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None)
                                      a manifest kernel's steps, then its Epilogue (or None): fused into the
                                      launch where the kernel can (the hand-off's arguments: Executor.sparse_conv)
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
@@ -23,7 +23,7 @@ Executor, and no others:
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
                                      graph allocates nothing
-    sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero)  launch `kernel` for the conv `op` into `out`,
+    sparse_conv(op, kernel, inp, out, epi, in_epi, into)  launch `kernel` for the conv `op` into `out`,
                                      epilogue included, or hand it to the next conv (runtime/handoff.py)
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
@@ -40,8 +40,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, launches_epilogue, takes_input_epilogue, uses_accumulator,
-                      workspace)
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, takes_input_epilogue, takes_input_residual,
+                      uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -67,11 +67,16 @@ class Epilogue:
 
 @dataclass
 class InputEpilogue:
-    """A producer's epilogue its consumer applies while staging (emit.IN_ARGS): relu(sum + shift[c]), the zeros
-    counted into counters[slot]. runtime/graph.py moves it there, where the producer is a channel split."""
+    """A producer's epilogue its consumer applies while staging (emit.IN_ARGS): relu(sum + shift[c] (+ residual)),
+    the zeros counted into counters[slot], the result stored into `out` where given (emit.IN_RES_ARGS: for the
+    value's later readers). runtime/graph.py moves it there, where the producer is a channel split; `sums` is
+    the producer's raw sums, the consumer's real input."""
     shift: object
     counters: object = None
     slot: int | None = None
+    residual: object = None
+    out: object = None
+    sums: object = None
 
 
 @dataclass
@@ -116,8 +121,7 @@ class TorchBackend:
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
-                    zero=None) -> bool:
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None):
         F = self.torch.nn.functional
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
@@ -132,23 +136,27 @@ class TorchBackend:
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
         x = inp
         if in_epi is not None:  # the producer's epilogue on its raw sums, its zeros counted
-            x = (x + in_epi.shift.view(1, -1, 1, 1)).relu()
+            if (in_epi.residual is not None or in_epi.out is not None) and not takes_input_residual(kentry):
+                raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res "
+                               "argument)")
+            x = x + in_epi.shift.view(1, -1, 1, 1)
+            if in_epi.residual is not None:
+                x = x + in_epi.residual
+            x = x.relu()
             if in_epi.counters is not None:
                 in_epi.counters[in_epi.slot] += (x == 0).sum()
+            if in_epi.out is not None:
+                in_epi.out.copy_(x)
         if self.compute_dtype is not None:
             x, w = x.to(self.compute_dtype), w.to(self.compute_dtype)
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
         self.sparse_calls.append(name)
         if into is not None:  # adds, like the kernel's atomics: a buffer not zeroed shows in the result
             into.add_(y)
-            return False
+            return
         out.copy_(y)
         if epi is not None:
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
-        if zero is not None and launches_epilogue(kentry, epi):
-            zero.zero_()
-            return True
-        return False
 
     def prepare_bias(self, channels):
         """Nothing to make ahead: this backend allocates as it goes (no CUDA graph records it)."""
@@ -242,16 +250,15 @@ class Executor:
             self.backend.prepare_accumulator(int(kentry["batch"]) * s.N * s.P * s.Q)
 
     def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue, in_epi: InputEpilogue | None = None,
-                    into=None, zero=None) -> bool:
+                    into=None) -> None:
         """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included
         (one snn_epilogue launch after the steps where the kernel does not fuse it). runtime/graph.py's moved
         epilogues: in_epi (the producer's, applied to `inp` while staging), into (a zeroed buffer for this
-        split's raw sums, its epilogue left to the consumer), zero (cleared by this conv's epilogue launch, if it
-        has one: returns True then)."""
+        split's raw sums, its epilogue left to the consumer)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
-        return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                        self.convs[op.name].shape, epi, in_epi, into, zero)
+        self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
+                                 self.convs[op.name].shape, epi, in_epi, into)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits

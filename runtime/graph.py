@@ -208,7 +208,10 @@ class Capture:
         self.choice = torch.zeros(max(1, len(self.tables)), dtype=torch.int32, device=ex.device)
         self.layers: list[_Layer] = []
         self.handoffs: dict[str, str] = {}   # producer conv -> the consumer that applies its epilogue (handoff.py)
+        self.stored: set[str] = set()         # producers whose consumer also stores their value (in_out)
+        self._cleared = False                 # a sums region was cleared on the side branch (joined at the end)
         self._pending: dict[str, InputEpilogue] = {}
+        self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
         self.sums = None
         self._prepare()
         self._plan_handoffs()
@@ -222,6 +225,7 @@ class Capture:
         fixed = {name: ex.cache.kernel(t.kernel(b)) for name, t in self.tables.items()
                  if (b := t.constant_branch()) is not None}
         self.handoffs = handoff.plan(ex.ops, ex.program.output, fixed)
+        self.stored = handoff.stored(ex.ops, self.handoffs)
         if self.handoffs:
             sizes = [self.batch * s.N * s.P * s.Q for s in (ex.convs[p].shape for p in self.handoffs)]
             self.sums = handoff.Sums(self.torch, handoff.Sums.capacity(sizes), ex.device)
@@ -241,6 +245,7 @@ class Capture:
                     if step.get("op") == "launch":
                         dev.function(kentry["cubin"], step["function"])
         self.side = own_stream(torch, dev.drv, self)
+        self.clear_stream = own_stream(torch, dev.drv, self)   # the sums regions' clears, beside the convs
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
@@ -261,23 +266,31 @@ class Capture:
         self.layers.append(_Layer(conv, slot, inp.numel(), table, fixed))
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
             in_epi = self._pending.pop(op.name, None)   # its producer's epilogue, applied while staging
+            if in_epi is not None:
+                inp = in_epi.sums                       # the producer's raw sums (its value may be stored here)
             consumer = self.handoffs.get(op.name)
             N, P, Q = shape.N, shape.P, shape.Q
-            # raw sums into the graph's buffer for the consumer to finish (a memset first only if no region
-            # taken is still to be read: this conv's input, another producer's output)
-            region = None if consumer is None else self.sums.take(B * N * P * Q, not self._pending and in_epi is None)
+            region = None
+            if consumer is not None:   # raw sums into a region of the graph's buffer, for the consumer to finish
+                region, waits = self.sums.take(B * N * P * Q)
+                self._await(waits)
+            kernel = table.kernel(fixed)
             if region is not None:
-                y = region.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
-                ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, into=y)
-                self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot)
+                y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
+                ex.sparse_conv(op, kernel, inp, y, epi, in_epi, into=y)
+                # where later ops read the value, the consumer stores it here as it stages it
+                value = (torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                         if op.name in self.stored else y)
+                self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot, epi.residual,
+                                                        value if value is not y else None, y)
+                self._regions[consumer] = region
             else:
-                y = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
-                # the regions taken, cleared by this conv's epilogue launch (after it) once none is still to be read
-                zero = self.sums.dirty() if self.sums is not None and not self._pending else None
-                if ex.sparse_conv(op, table.kernel(fixed), inp, y, epi, in_epi, zero=zero):
-                    self.sums.cleared()
+                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                ex.sparse_conv(op, kernel, inp, value, epi, in_epi)
+            if in_epi is not None:     # read: clear it beside the next convs
+                self._clear(self._regions.pop(op.name))
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
-            return y
+            return value
         handle = self._new_handle(table.branches)
         self._select(i, counters, slot, inp.numel(), table, handle)
         out = {}
@@ -295,10 +308,26 @@ class Capture:
         return out["y"]
 
     def finish(self):
-        """The end of the captured pass: the sums buffer zeroed where a split left sums in it."""
+        """The end of the captured pass: the clears of the sums regions joined (every replay starts from zeros)."""
         assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
-        if self.sums is not None:
-            self.sums.flush()
+        if self._cleared:
+            self.torch.cuda.current_stream().wait_stream(self.clear_stream)
+
+    def _clear(self, region):
+        """Zero a sums region its consumer has read, on a side branch of the graph (it overlaps the next convs);
+        the event marks that clear for the region's next producer (`_await`)."""
+        torch = self.torch
+        self.clear_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.clear_stream):
+            region.view.zero_()
+            done = torch.cuda.Event()
+            done.record()
+        self._cleared = True
+        handoff.Sums.consumed(region, done)
+
+    def _await(self, events):
+        for e in events:
+            self.torch.cuda.current_stream().wait_event(e)
 
     def _select(self, i, counters, slot, numel, table, handle):
         sel, dev = self.runner.selector, self.runner.device

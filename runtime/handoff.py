@@ -1,26 +1,29 @@
 """Epilogue hand-off: a producer conv's epilogue applied by the conv that reads its output, in a CUDA graph.
 
 A channel split (a sparse kernel that adds with atomics) needs an snn_epilogue launch after it to add the
-bias, apply the ReLU and count the zeros. Where its output's only reader is a later conv, and that conv's
-kernel can take the epilogue while staging its input (emit.IN_ARGS: relu(sum + shift[c]), zeros counted by
-the block that owns each pixel), the split adds its raw sums into a buffer of the graph's own and the launch
-is gone: ResNet's bottleneck conv1 -> conv2 -> conv3 and DenseNet's conv1 -> conv2 pairs.
+bias (and residual), apply the ReLU and count the zeros. Where its output's first reader is a later conv whose
+kernel can take that epilogue while staging its input (emit.IN_ARGS: relu(sum + shift[c]), zeros counted by
+the block that owns each pixel; emit.IN_RES_ARGS where a residual is added or the value has later readers),
+the split adds its raw sums into a buffer of the graph's own and the launch is gone: ResNet's bottleneck
+conv1 -> conv2 -> conv3 -> the next block's conv1 and DenseNet's conv1 -> conv2 pairs. A value read again later
+(a ResNet block's output: the next block's residual, a downsample's input) is stored by the consumer as it
+stages it (in_out), so the later readers find it as they would after the producer's own epilogue.
 
 Only in a captured graph (runtime/graph.py), and only between layers whose kernel does not depend on the
 sparsity (a fixed branch: no selector reads the counter in between). The eager path runs every epilogue.
 `SNN_HANDOFF=0` turns it off.
 
-The sums buffer must be zero where a split adds into it. Regions are taken from its start, one after the
-other; the next snn_epilogue launch of a fixed layer after every handed-off region was read clears them all
-in the same launch (its zero range, emit.EPILOGUE_ZERO_RANGE), and a memset node does where the buffer is
-full with nothing left to read, or at the graph's end. A producer that finds it full while a region is
-still to be read runs its epilogue itself.
+The sums buffer must be zero where a split adds into it. It is a ring of regions: each is cleared right after
+its consumer's launch, on a side branch of the graph (a fill that overlaps the next convs), and a producer that
+takes a region again first waits for that clear. A producer that finds no free region (every one still to be
+read) runs its epilogue itself.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
-from .kernels import takes_input_epilogue, uses_accumulator
+from .kernels import takes_input_epilogue, takes_input_residual, uses_accumulator
 
 ALIGN = 64  # floats: regions start 256-byte aligned (vector atomics and cp.async need 16)
 
@@ -33,68 +36,91 @@ def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
     """{producer conv: consumer conv} for the program's ops (runtime/lower.py), where `fixed` maps each
     conv that runs one kernel whatever its sparsity to that kernel's manifest entry.
 
-    A producer qualifies when its kernel adds into the accumulator (a split), its epilogue is shift + ReLU
-    (no residual), and its value (or an alias of it) is read by one op only, a later conv with a fixed kernel
-    that takes IN_ARGS, as its input (not as a residual); and the value is not the network's output."""
-    aliases: dict[str, str] = {}   # alias value -> the conv value it is
-    for op in ops:
-        if op.kind == "alias":
-            aliases[op.name] = aliases.get(op.inputs[0], op.inputs[0])
+    A producer qualifies when its kernel adds into the accumulator (a split) and its epilogue is shift + ReLU
+    (+ a residual), its value (or an alias of it) is not the network's output, and the first op that reads it
+    is a later conv with a fixed kernel that takes IN_ARGS, reading it as its input (not as a residual); with a
+    residual, or where other ops read the value after that conv, the consumer's kernel must also take
+    IN_RES_ARGS (it adds the residual and stores the value for them: `stored`)."""
     moves = {}
     for op in ops:
         k = fixed.get(op.name) if op.kind == "conv" else None
         ep = op.attrs.get("epilogue") if k is not None else None
-        if not ep or not ep.get("relu") or ep.get("residual") or ep.get("shift") is None or not uses_accumulator(k):
+        if not ep or not ep.get("relu") or ep.get("shift") is None or not uses_accumulator(k):
             continue
-        names = {op.name} | {a for a, v in aliases.items() if v == op.name}
-        readers = [o for o in ops if o.kind != "alias" and names & set(o.inputs)]
-        if output in names or len(readers) != 1:
+        names, readers = _readers(ops, op.name)
+        if output in names or not readers:
             continue
         c = readers[0]
         kc = fixed.get(c.name) if c.kind == "conv" else None
         if kc is None or c.inputs[0] not in names or names & set(c.inputs[1:]) or not takes_input_epilogue(kc):
             continue
+        if (ep.get("residual") or len(readers) > 1) and not takes_input_residual(kc):
+            continue
         moves[op.name] = c.name
     return moves
 
 
+def stored(ops, moves: dict[str, str]) -> set[str]:
+    """The producers of `moves` whose value is read after its consumer: the consumer stores it (in_out)."""
+    return {p for p in moves if len(_readers(ops, p)[1]) > 1}
+
+
+def _readers(ops, value: str):
+    """(the value's names: itself and its aliases, the ops that read one of them in program order)."""
+    aliases: dict[str, str] = {}   # alias value -> the conv value it is
+    for op in ops:
+        if op.kind == "alias":
+            aliases[op.name] = aliases.get(op.inputs[0], op.inputs[0])
+    names = {value} | {a for a, v in aliases.items() if v == value}
+    return names, [o for o in ops if o.kind != "alias" and names & set(o.inputs)]
+
+
+@dataclass(eq=False)   # identity: two regions are never the same one
+class Region:
+    """A producer's range of the sums buffer: `view` (numel floats), read by its consumer while `pending`; then
+    cleared, `cleared_by` (what the graph records for that clear: a CUDA event) to wait for before reuse."""
+    start: int
+    end: int
+    view: object
+    pending: bool = True
+    cleared_by: object = None
+
+
 class Sums:
-    """The graph's buffer of handed-off raw sums (float32, zeroed): `take` a region for a producer, `dirty`
-    what a launch must clear, `cleared` once it is."""
+    """The graph's buffer of handed-off raw sums (float32, zeroed), a ring of regions: `take` one for a producer
+    (None: no free room), `consumed` once its consumer is launched (the caller clears it)."""
 
     def __init__(self, torch, capacity: int, device):
         self.buf = torch.zeros(max(1, capacity), dtype=torch.float32, device=device)
-        self.used = 0
+        self.live: list[Region] = []
+        self.next = 0
 
     @staticmethod
     def capacity(numels) -> int:
-        """Room for the two largest regions (a producer whose consumer is itself a producer)."""
+        """Room for the three largest regions: one being read, one being written, one being cleared."""
         sizes = sorted((_align(n) for n in numels), reverse=True)
-        return sum(sizes[:2])
+        return sum(sizes[:3])
 
-    def take(self, numel: int, flush: bool = True):
-        """A zeroed region of numel floats. Where the buffer is full, a memset node clears what was taken
-        first (flush), or None (not flush: a region taken may still be read)."""
-        if self.used + _align(numel) > self.buf.numel():
-            if not flush or _align(numel) > self.buf.numel():
-                return None
-            self.flush()
-        region = self.buf[self.used:self.used + numel]
-        self.used += _align(numel)
-        return region
+    def take(self, numel: int) -> tuple[Region | None, list]:
+        """(a region of numel floats, zeroed once the clears returned have completed), or (None, []) where it
+        would overlap a region still to be read."""
+        n = _align(numel)
+        start = self.next if self.next + n <= self.buf.numel() else 0
+        if n > self.buf.numel():
+            return None, []
+        over = [r for r in self.live if r.start < start + n and start < r.end]
+        if any(r.pending for r in over):
+            return None, []
+        for r in over:
+            self.live.remove(r)
+        region = Region(start, start + n, self.buf[start:start + numel])
+        self.live.append(region)
+        self.next = start + n
+        return region, [r.cleared_by for r in over if r.cleared_by is not None]
 
-    def dirty(self):
-        """The regions taken since the last clear (None: nothing to clear)."""
-        return self.buf[:self.used] if self.used else None
-
-    def cleared(self) -> None:
-        self.used = 0
-
-    def flush(self) -> None:
-        """A memset node over what was taken (at the end of the graph: every replay starts from zeros)."""
-        if self.used:
-            self.buf[:self.used].zero_()
-            self.used = 0
+    @staticmethod
+    def consumed(region: Region, cleared_by=None) -> None:
+        region.pending, region.cleared_by = False, cleared_by
 
 
 def _align(n: int) -> int:

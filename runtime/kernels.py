@@ -10,8 +10,8 @@
   with an empty epilogue (no bias, residual, ReLU or count: DenseNet's 3x3 convs) adds into `out`, zeroed first.
 - a producer's epilogue moved into its consumer (runtime/graph.py decides where): the producing split adds
   its raw sums into `into` (zeroed, the caller's), with no epilogue launch; the consuming kernel gets
-  `in_epi` (shift, counters, slot: emit.IN_ARGS) and applies it while staging. `zero`: a buffer to clear in
-  the epilogue launch after the steps, where there is one (snn_epilogue's zero range).
+  `in_epi` (shift, counters, slot: emit.IN_ARGS; residual, out: emit.IN_RES_ARGS) and applies it while
+  staging.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
-OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros")
+OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res", "in_out")
 # the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
 ACCUMULATOR = "accumulator"
 
@@ -37,6 +37,11 @@ def uses_accumulator(kentry: dict) -> bool:
 def takes_input_epilogue(kentry: dict) -> bool:
     """The kernel can apply its producer's epilogue while staging (emit.IN_ARGS in its launch)."""
     return any("in_shift" in step.get("args", ()) for step in kentry["steps"])
+
+
+def takes_input_residual(kentry: dict) -> bool:
+    """The kernel can also add its producer's residual and store the finished input (emit.IN_RES_ARGS)."""
+    return any("in_res" in step.get("args", ()) for step in kentry["steps"])
 
 
 def launches_epilogue(kentry: dict, epi) -> bool:
@@ -140,9 +145,8 @@ class CudaBackend:
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
-                    zero=None) -> bool:
-        """The kernel's steps and its epilogue (see the module's docstring); True where `zero` was cleared."""
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None):
+        """The kernel's steps and its epilogue (see the module's docstring)."""
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
         if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)
@@ -158,7 +162,7 @@ class CudaBackend:
                 acc = self.prepare_accumulator(out.numel(), out.device)
                 bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
-        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0}
+        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0, "in_res": 0, "in_out": 0}
         fused = bool(kentry.get("epilogue"))
         if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
@@ -167,6 +171,14 @@ class CudaBackend:
             if not takes_input_epilogue(kentry):
                 raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
             vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
+            if in_epi.residual is not None or in_epi.out is not None:
+                if not takes_input_residual(kentry):
+                    raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res "
+                                   "argument)")
+                for t in (in_epi.residual, in_epi.out):   # the kernel indexes them as dense NHWC
+                    if t is not None and pixel_pitch(t) != t.shape[1]:
+                        raise RunError(f"kernel '{name}': its producer's residual and stored input must be dense NHWC")
+                vals.update(in_res=_ptr(in_epi.residual), in_out=_ptr(in_epi.out))
         for i, step in enumerate(kentry["steps"]):
             op = step.get("op")
             if op == "memset":
@@ -189,9 +201,7 @@ class CudaBackend:
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
         if not launches_epilogue(kentry, epi):
-            return False
+            return
         # one launch: a split's sums read into out (the accumulator zeroed again), else in place
         src = bufs[ACCUMULATOR] if acc is not None else out
-        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu,
-                      clear=acc is not None, zero=zero)
-        return zero is not None
+        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, clear=acc is not None)

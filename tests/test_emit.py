@@ -188,6 +188,21 @@ def test_kernels_take_their_producers_epilogue_where_each_pixel_has_one_owner():
         assert not set(emit.IN_ARGS) & set(k.steps[0]["args"]) and "in_shift" not in k.source, k.name
 
 
+def test_1x1_kernels_also_add_their_producers_residual_and_store_their_input():
+    """1x1 kernels that take their producer's epilogue also take in_res / in_out (emit.IN_RES_ARGS) last: the
+    residual added while staging where in_res is non-null, the finished input stored by n tile 0's blocks where
+    in_out is; 3x3 kernels do not (the registers would cost them occupancy)."""
+    s1 = ConvShape(256, 64, 14, 14, 1, 1, (1, 1), (0, 0))
+    for k in (emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2)),
+              emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2, 2, 2))):
+        assert k.steps[0]["args"][-4:] == emit.IN_ARGS + emit.IN_RES_ARGS, k.name
+        assert "const float* __restrict__ in_res, float* __restrict__ in_out)" in k.source
+        assert "in_res != nullptr ? in_res[gi] : 0.f" in k.source
+        assert "if (in_out != nullptr && tile_n == 0) in_out[gi] = v;" in k.source
+    k = emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))
+    assert k.steps[0]["args"][-2:] == emit.IN_ARGS and "in_res" not in k.source
+
+
 # ------------------------------------------------------------------ nvcc
 
 def _kernels():

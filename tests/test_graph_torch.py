@@ -9,13 +9,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from snn.runtime import dispatch, executor, graph, weights  # noqa: E402
+from snn.runtime import dispatch, executor, graph, handoff, weights  # noqa: E402
 from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 
 
 class CpuCapture(graph.Capture):
     def _prepare(self):
         pass
+
+    def _clear(self, region):  # one stream on the CPU: cleared at once, as the side branch does before reuse
+        region.view.zero_()
+        handoff.Sums.consumed(region)
+
+    def _await(self, events):
+        assert events == []
 
     def _select(self, i, counters, slot, numel, table, handle):
         b = dispatch.select(table, int(counters[slot]), numel)

@@ -12,13 +12,15 @@ from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 SPLIT_ARGS = ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu"]
 
 
-def split_cache(net, in_args=True, static=True):
-    """Every kernel a channel split (adds into the accumulator) that takes its producer's epilogue (in_args),
-    every layer static (one kernel at any sparsity: no decision in the graph)."""
+def split_cache(net, in_args=True, static=True, in_res=False):
+    """Every kernel a channel split (adds into the accumulator) that takes its producer's epilogue (in_args; its
+    residual and a store of the finished input with in_res), every layer static (one kernel at any sparsity: no
+    decision in the graph)."""
     cache = fake_cache(net, threshold=0.4)
     for k in cache.data["kernels"].values():
         k["steps"] = [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0,
-                       "args": SPLIT_ARGS + (["in_shift", "in_zeros"] if in_args else [])}]
+                       "args": SPLIT_ARGS + (["in_shift", "in_zeros"] if in_args else [])
+                       + (["in_res", "in_out"] if in_res else [])}]
     if static:
         for c in net.convs:
             entry = cache.layer_entry(c.name, 2)
@@ -44,14 +46,54 @@ def test_split_hands_its_epilogue_to_the_next_conv(tiny):
     x = torch.randn(2, 3, 20, 20)
     cache = split_cache(tiny)
     ex, cap, y = capture(tiny, cache, x, sd)
-    assert cap.handoffs == {"b.conv1": "b.conv2"}
+    assert cap.handoffs == {"b.conv1": "b.conv2"} and cap.stored == set()
     assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
-    assert cap.sums is not None and not bool(cap.sums.buf.any()) and cap.sums.used == 0
+    assert cap.sums is not None and not bool(cap.sums.buf.any()) and not any(r.pending for r in cap.sums.live)
     graph = {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None}
     eager = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
     eager.forward(x)
     assert graph == {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
     assert 0 < graph["b.conv2"] < 1
+
+
+def test_a_residual_block_output_is_handed_off_and_stored(tiny):
+    """With kernels that add the residual and store the finished input (emit.IN_RES_ARGS), the residual block's
+    last conv hands its epilogue (bias + residual + ReLU) to c.conv, its first reader, which stores the value for
+    the concat that reads it later. Logits as the reference's, sparsities as the eager pass counts them."""
+    sd = weights.random_init(tiny, seed=5)
+    x = torch.randn(2, 3, 20, 20)
+    cache = split_cache(tiny, in_res=True)
+    ex, cap, y = capture(tiny, cache, x, sd)
+    res = next(o.name for o in ex.ops if o.kind == "conv" and (o.attrs.get("epilogue") or {}).get("residual"))
+    assert cap.handoffs == {"b.conv1": "b.conv2", res: "c.conv"} and cap.stored == {res}
+    assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
+    assert not bool(cap.sums.buf.any())
+    graph = {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None}
+    eager = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    eager.forward(x)
+    assert graph == {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
+    assert 0 < graph["c.conv"] < 1
+
+
+def test_a_stored_value_the_consumer_does_not_store_shows_in_the_logits(tiny, monkeypatch):
+    """The concat reads the value the consumer stores: a consumer that left it unwritten would change the logits."""
+    sd = weights.random_init(tiny, seed=5)
+    x = torch.randn(2, 3, 20, 20)
+    real = executor.TorchBackend.sparse_conv
+
+    def no_store(self, *a, **k):
+        in_epi = k.get("in_epi") if "in_epi" in k else (a[8] if len(a) > 8 else None)
+        if in_epi is not None and in_epi.out is not None:
+            in_epi.out.fill_(7.0)
+            in_epi = executor.InputEpilogue(in_epi.shift, in_epi.counters, in_epi.slot, in_epi.residual, None,
+                                            in_epi.sums)
+            a = a[:8] + (in_epi,) + a[9:] if len(a) > 8 else a
+            k = {**k, "in_epi": in_epi} if "in_epi" in k else k
+        return real(self, *a, **k)
+    monkeypatch.setattr(executor.TorchBackend, "sparse_conv", no_store)
+    _, cap, y = capture(tiny, split_cache(tiny, in_res=True), x, sd)
+    assert cap.stored
+    assert rel_err(y, executor.reference(tiny, sd, x.double())) > 1e-3
 
 
 def test_no_handoff_without_the_kernel_arguments_or_a_fixed_kernel(tiny, monkeypatch):
@@ -67,32 +109,36 @@ def test_no_handoff_without_the_kernel_arguments_or_a_fixed_kernel(tiny, monkeyp
 
 
 def test_a_sums_buffer_not_zeroed_shows_in_the_logits(tiny, monkeypatch):
-    """The emulated producer adds into its region like the kernel's atomics: a region taken twice without being
-    cleared changes the result (so the test above would see a clearing mistake)."""
+    """The emulated producer adds into its region like the kernel's atomics: a region handed out dirty changes
+    the result (so the tests above would see a clearing mistake)."""
     sd = weights.random_init(tiny, seed=5)
     x = torch.randn(2, 3, 20, 20)
-    monkeypatch.setattr(handoff.Sums, "take", lambda self, n, flush=True: self.buf[:n].fill_(1.0))
+    take = handoff.Sums.take
+
+    def dirty(self, n):
+        region, waits = take(self, n)
+        region.view.fill_(1.0)
+        return region, waits
+    monkeypatch.setattr(handoff.Sums, "take", dirty)
     _, _, y = capture(tiny, split_cache(tiny), x, sd)
     assert rel_err(y, executor.reference(tiny, sd, x.double())) > 1e-3
 
 
-def test_sums_regions_cleared_by_a_launch_or_a_memset():
+def test_sums_regions_are_a_ring_reused_once_cleared():
     A = handoff.ALIGN
-    s = handoff.Sums(torch, handoff.Sums.capacity([100, 30, 10]), "cpu")
-    assert s.buf.numel() == 2 * A + A and s.dirty() is None  # the two largest, aligned
-    a = s.take(100)
-    a.fill_(1.0)
-    b = s.take(30)
-    b.fill_(2.0)
-    assert (b.data_ptr() - s.buf.data_ptr()) // 4 == 2 * A  # one after the other, aligned
-    assert s.dirty().numel() == 3 * A  # both regions, one range
-    s.dirty().zero_()   # what an epilogue launch does with its zero range
-    s.cleared()
-    assert s.used == 0 and not bool(s.buf.any())
-    s.take(100).fill_(3.0)
-    assert s.take(100, flush=False) is None and s.used == 2 * A  # a region may still be read: no memset
-    c = s.take(100)  # no room: what was taken is memset first, and the region starts over
-    assert c.data_ptr() == s.buf.data_ptr() and not bool(c.any()) and s.used == 2 * A
-    c.fill_(4.0)
-    s.flush()
-    assert s.used == 0 and not bool(s.buf.any())
+    s = handoff.Sums(torch, handoff.Sums.capacity([100, 30, 10, 5]), "cpu")
+    assert s.buf.numel() == 2 * A + A + A  # the three largest, aligned
+    a, wa = s.take(100)
+    b, wb = s.take(30)
+    assert wa == wb == [] and a.view.numel() == 100 and (b.start, b.end) == (2 * A, 3 * A)  # one after the other
+    c, _ = s.take(10)
+    assert c.start == 3 * A
+    assert s.take(100) == (None, [])  # the ring wraps onto a, still to be read: no region
+    s.consumed(a, "clear-a")
+    d, waits = s.take(100)
+    assert d.start == 0 and waits == ["clear-a"] and a not in s.live  # a's clear is waited for before reuse
+    s.consumed(b)
+    s.consumed(c, "clear-c")
+    e, waits = s.take(30)
+    assert e.start == 2 * A and waits == []  # b was cleared with nothing to wait for
+    assert s.take(10 ** 6) == (None, [])  # larger than the buffer

@@ -18,10 +18,10 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from snn.codegen import bundle  # noqa: E402
-from snn.runtime.check import raw_sums  # noqa: E402
+from snn.runtime.check import handoff_input  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
-from snn.runtime.executor import Epilogue, InputEpilogue  # noqa: E402
-from snn.runtime.kernels import CudaBackend, takes_input_epilogue, workspace  # noqa: E402
+from snn.runtime.executor import Epilogue  # noqa: E402
+from snn.runtime.kernels import CudaBackend, takes_input_epilogue, takes_input_residual, workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -70,10 +70,9 @@ def test_every_kernel_matches_float64(path):
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
         w32 = to_layout(w64.float(), k["weight_layout"])
         in_epi = None
-        if takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift)
-            x32, shift, finished = raw_sums(torch, x32, gen)
+        if takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift (+ res))
+            x32, in_epi, finished = handoff_input(torch, x32, gen, takes_input_residual(k))
             x64 = finished.permute(0, 3, 1, 2).double()   # the sum rounded as the kernel's
-            in_epi = InputEpilogue(shift, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
             in_zeros = int((x64 == 0).sum())
         ref = torch.nn.functional.conv2d(x64.float().double(), w64.float().double(), stride=tuple(s["stride"]),
                                          padding=tuple(s["padding"])).permute(0, 2, 3, 1)
@@ -93,12 +92,16 @@ def test_every_kernel_matches_float64(path):
                 epi.counters.zero_()
             if in_epi is not None:
                 in_epi.counters.zero_()
+                if in_epi.out is not None:
+                    in_epi.out.fill_(float("nan"))
             backend.sparse_conv(name, k, x32, w32, out, ws, None, epi, in_epi)
             torch.cuda.synchronize()
             if in_epi is not None:
                 got = int(in_epi.counters.item())
                 assert got == in_zeros, f"{name}: counted {got} zeros in its staged input, there are {in_zeros}"
-                form += "+handoff" if rep == 0 else ""
+                if in_epi.out is not None:
+                    assert torch.equal(in_epi.out.permute(0, 2, 3, 1), finished), f"{name}: stored input wrong"
+                form += ("+handoff+residual" if in_epi.out is not None else "+handoff") if rep == 0 else ""
             assert not torch.isnan(out).any(), f"{name}: outputs left unwritten (run {rep + 1})"
             err = ((out.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-5, f"{name} ({form}): relative error {err:.2e} at sparsity {sparsity:.2f} (run {rep + 1})"
