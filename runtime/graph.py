@@ -228,7 +228,8 @@ class Capture:
         self.stored = handoff.stored(ex.ops, self.handoffs)
         if self.handoffs:
             sizes = [self.batch * s.N * s.P * s.Q for s in (ex.convs[p].shape for p in self.handoffs)]
-            self.sums = handoff.Sums(self.torch, handoff.Sums.capacity(sizes), ex.device)
+            capacity, batch_clear = handoff.Sums.capacity(sizes)
+            self.sums = handoff.Sums(self.torch, capacity, ex.device, batch_clear)
 
     def _prepare(self):
         """Everything that loads a module or allocates outside the graph's memory happens now."""
@@ -272,7 +273,10 @@ class Capture:
             N, P, Q = shape.N, shape.P, shape.Q
             region = None
             if consumer is not None:   # raw sums into a region of the graph's buffer, for the consumer to finish
-                region, waits = self.sums.take(B * N * P * Q)
+                region, waits, dirty = self.sums.take(B * N * P * Q)
+                if dirty:              # read regions in the way, not cleared yet: clear them first
+                    self._clear()
+                    region, waits, _ = self.sums.take(B * N * P * Q)
                 self._await(waits)
             kernel = table.kernel(fixed)
             if region is not None:
@@ -287,8 +291,8 @@ class Capture:
             else:
                 value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
                 ex.sparse_conv(op, kernel, inp, value, epi, in_epi)
-            if in_epi is not None:     # read: clear it beside the next convs
-                self._clear(self._regions.pop(op.name))
+            if in_epi is not None and self.sums.consumed(self._regions.pop(op.name)):
+                self._clear()          # read regions worth a clear: one fill beside the next convs
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return value
         handle = self._new_handle(table.branches)
@@ -310,20 +314,23 @@ class Capture:
     def finish(self):
         """The end of the captured pass: the clears of the sums regions joined (every replay starts from zeros)."""
         assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
+        if self.sums is not None and self.sums.dirty():
+            self._clear()
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
 
-    def _clear(self, region):
-        """Zero a sums region its consumer has read, on a side branch of the graph (it overlaps the next convs);
-        the event marks that clear for the region's next producer (`_await`)."""
+    def _clear(self):
+        """Zero the sums regions their consumers have read, on a side branch of the graph (it overlaps the next
+        convs); the event marks that clear for the regions' next producers (`_await`)."""
         torch = self.torch
         self.clear_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.clear_stream):
-            region.view.zero_()
+            for start, end in self.sums.dirty():
+                self.sums.buf[start:end].zero_()
             done = torch.cuda.Event()
             done.record()
         self._cleared = True
-        handoff.Sums.consumed(region, done)
+        self.sums.clearing(done)
 
     def _await(self, events):
         for e in events:

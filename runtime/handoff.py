@@ -13,10 +13,10 @@ Only in a captured graph (runtime/graph.py), and only between layers whose kerne
 sparsity (a fixed branch: no selector reads the counter in between). The eager path runs every epilogue.
 `SNN_HANDOFF=0` turns it off.
 
-The sums buffer must be zero where a split adds into it. It is a ring of regions: each is cleared right after
-its consumer's launch, on a side branch of the graph (a fill that overlaps the next convs), and a producer that
-takes a region again first waits for that clear. A producer that finds no free region (every one still to be
-read) runs its epilogue itself.
+The sums buffer must be zero where a split adds into it. It is a ring of regions: once their consumers have read
+regions worth a largest one, one fill clears them on a side branch of the graph (it overlaps the next convs), and
+a producer that takes such a range again first waits for that clear. A producer that finds no free region (every
+one still to be read) runs its epilogue itself.
 """
 from __future__ import annotations
 
@@ -77,50 +77,76 @@ def _readers(ops, value: str):
 
 @dataclass(eq=False)   # identity: two regions are never the same one
 class Region:
-    """A producer's range of the sums buffer: `view` (numel floats), read by its consumer while `pending`; then
-    cleared, `cleared_by` (what the graph records for that clear: a CUDA event) to wait for before reuse."""
+    """A producer's range of the sums buffer, `view` (numel floats): "pending" until its consumer has read it,
+    then "dirty" until a clear is recorded for it ("clearing": `cleared_by`, what the graph recorded for that
+    clear, a CUDA event, to wait for before the range is reused)."""
     start: int
     end: int
     view: object
-    pending: bool = True
+    state: str = "pending"
     cleared_by: object = None
 
 
 class Sums:
-    """The graph's buffer of handed-off raw sums (float32, zeroed), a ring of regions: `take` one for a producer
-    (None: no free room), `consumed` once its consumer is launched (the caller clears it)."""
+    """The graph's buffer of handed-off raw sums (float32, zeroed), a ring of regions: `take` one for a producer,
+    `consumed` once its consumer is launched; the caller clears what `dirty` returns, several regions a clear
+    (each clear is a kernel of the graph), and says so with `clearing`."""
 
-    def __init__(self, torch, capacity: int, device):
+    def __init__(self, torch, capacity: int, device, batch_clear: int = 0):
         self.buf = torch.zeros(max(1, capacity), dtype=torch.float32, device=device)
         self.live: list[Region] = []
         self.next = 0
+        self.batch_clear = batch_clear   # floats of dirty regions worth one clear
 
     @staticmethod
-    def capacity(numels) -> int:
-        """Room for the three largest regions: one being read, one being written, one being cleared."""
-        sizes = sorted((_align(n) for n in numels), reverse=True)
-        return sum(sizes[:3])
+    def capacity(numels) -> tuple[int, int]:
+        """(buffer floats, floats of dirty regions worth a clear): the largest region's room four times (one
+        being read, one written, dirty ones, cleared ones), and a clear once one largest region is dirty."""
+        largest = max(_align(n) for n in numels)
+        return 4 * largest, largest
 
-    def take(self, numel: int) -> tuple[Region | None, list]:
-        """(a region of numel floats, zeroed once the clears returned have completed), or (None, []) where it
-        would overlap a region still to be read."""
+    def take(self, numel: int) -> tuple[Region | None, list, bool]:
+        """(a region of numel floats, zeroed once the clears returned have completed, False), or (None, [],
+        True) where it would overlap dirty regions (clear them, then take again), or (None, [], False) where it
+        would overlap a region still to be read or not fit at all."""
         n = _align(numel)
         start = self.next if self.next + n <= self.buf.numel() else 0
         if n > self.buf.numel():
-            return None, []
+            return None, [], False
         over = [r for r in self.live if r.start < start + n and start < r.end]
-        if any(r.pending for r in over):
-            return None, []
+        if any(r.state == "pending" for r in over):
+            return None, [], False
+        if any(r.state == "dirty" for r in over):
+            return None, [], True
         for r in over:
             self.live.remove(r)
         region = Region(start, start + n, self.buf[start:start + numel])
         self.live.append(region)
         self.next = start + n
-        return region, [r.cleared_by for r in over if r.cleared_by is not None]
+        return region, list({id(e): e for e in (r.cleared_by for r in over) if e is not None}.values()), False
 
-    @staticmethod
-    def consumed(region: Region, cleared_by=None) -> None:
-        region.pending, region.cleared_by = False, cleared_by
+    def consumed(self, region: Region) -> bool:
+        """Mark the region read; True when the dirty regions are worth a clear now."""
+        region.state = "dirty"
+        return sum(r.end - r.start for r in self.live if r.state == "dirty") >= self.batch_clear
+
+    def dirty(self) -> list[tuple[int, int]]:
+        """The dirty regions as few contiguous [start, end) ranges of the buffer."""
+        spans = []
+        for r in sorted((r for r in self.live if r.state == "dirty"), key=lambda r: r.start):
+            if spans and spans[-1][1] == r.start:
+                spans[-1][1] = r.end
+            else:
+                spans.append([r.start, r.end])
+        return [tuple(x) for x in spans]
+
+    def clearing(self, cleared_by=None) -> None:
+        """The dirty regions' clear is recorded (cleared_by: its event; None: done already, as on one stream)."""
+        for r in [r for r in self.live if r.state == "dirty"]:
+            if cleared_by is None:
+                self.live.remove(r)
+            else:
+                r.state, r.cleared_by = "clearing", cleared_by
 
 
 def _align(n: int) -> int:

@@ -116,9 +116,10 @@ def test_a_sums_buffer_not_zeroed_shows_in_the_logits(tiny, monkeypatch):
     take = handoff.Sums.take
 
     def dirty(self, n):
-        region, waits = take(self, n)
-        region.view.fill_(1.0)
-        return region, waits
+        region, waits, must_clear = take(self, n)
+        if region is not None:
+            region.view.fill_(1.0)
+        return region, waits, must_clear
     monkeypatch.setattr(handoff.Sums, "take", dirty)
     _, _, y = capture(tiny, split_cache(tiny), x, sd)
     assert rel_err(y, executor.reference(tiny, sd, x.double())) > 1e-3
@@ -126,19 +127,26 @@ def test_a_sums_buffer_not_zeroed_shows_in_the_logits(tiny, monkeypatch):
 
 def test_sums_regions_are_a_ring_reused_once_cleared():
     A = handoff.ALIGN
-    s = handoff.Sums(torch, handoff.Sums.capacity([100, 30, 10, 5]), "cpu")
-    assert s.buf.numel() == 2 * A + A + A  # the three largest, aligned
-    a, wa = s.take(100)
-    b, wb = s.take(30)
-    assert wa == wb == [] and a.view.numel() == 100 and (b.start, b.end) == (2 * A, 3 * A)  # one after the other
-    c, _ = s.take(10)
-    assert c.start == 3 * A
-    assert s.take(100) == (None, [])  # the ring wraps onto a, still to be read: no region
-    s.consumed(a, "clear-a")
-    d, waits = s.take(100)
-    assert d.start == 0 and waits == ["clear-a"] and a not in s.live  # a's clear is waited for before reuse
-    s.consumed(b)
-    s.consumed(c, "clear-c")
-    e, waits = s.take(30)
-    assert e.start == 2 * A and waits == []  # b was cleared with nothing to wait for
-    assert s.take(10 ** 6) == (None, [])  # larger than the buffer
+    capacity, batch_clear = handoff.Sums.capacity([100, 30, 10])
+    assert (capacity, batch_clear) == (4 * 2 * A, 2 * A)  # the largest, aligned, four times; a clear per largest
+    s = handoff.Sums(torch, capacity, "cpu", batch_clear)
+    a, wa, _ = s.take(30)
+    b, wb, _ = s.take(100)
+    assert wa == wb == [] and b.view.numel() == 100 and (b.start, b.end) == (A, 3 * A)  # one after the other
+    c, _, _ = s.take(100)
+    d, _, _ = s.take(100)
+    g, _, _ = s.take(30)
+    assert (c.start, d.start, g.start) == (3 * A, 5 * A, 7 * A)
+    assert s.take(30) == (None, [], False)  # the ring wraps onto a, still to be read: no region
+    assert not s.consumed(a)  # read, dirty, not worth a clear alone ...
+    assert s.take(30) == (None, [], True)  # ... but in the way: the caller clears it first
+    assert s.consumed(b) and s.dirty() == [(0, 3 * A)]  # one range worth a clear, for both
+    s.clearing("clear-ab")
+    e, waits, _ = s.take(30)
+    assert e.start == 0 and waits == ["clear-ab"] and a not in s.live  # the clear is waited for before reuse
+    f, waits, _ = s.take(30)
+    assert f.start == A and waits == ["clear-ab"]
+    s.consumed(c)
+    s.clearing()  # cleared on one stream: nothing to wait for
+    assert c not in s.live and s.dirty() == []
+    assert s.take(10 ** 6) == (None, [], False)  # larger than the buffer
