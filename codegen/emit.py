@@ -199,6 +199,9 @@ IN_ARGS = ["in_shift", "in_zeros"]
 # in_res, in_out: rendered into 1x1 kernels only (`input_residual`): a residual block's output feeds 1x1 convs in
 # the shipped networks, and the two extra pointers cost the 3x3 kernels registers (a block of occupancy).
 IN_RES_ARGS = ["in_res", "in_out"]
+# and, last, a range of floats to zero after its wait (null / 0: none): the graph's sums regions that the kernel
+# before it has read, cleared in a launch the graph makes anyway (no fill kernel). The manifest names them.
+ZERO_ARGS = ["zero", "zero_total"]
 
 
 def input_residual(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
@@ -232,7 +235,7 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
     args = ([ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
-            + (IN_RES_ARGS if g["IN_RES"] else []))
+            + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []))
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]

@@ -25,7 +25,7 @@ from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel,
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import CudaBackend, takes_input_epilogue, takes_input_residual, workspace
+from .kernels import CudaBackend, takes_input_epilogue, takes_input_residual, takes_zero_range, workspace
 
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
@@ -104,7 +104,7 @@ class KernelRunner:
         """Compile what the cache lacks; returns the kernels with a stack frame or spills, and why."""
         return self._compile({k.name: k.source for k in kernels})
 
-    def run(self, kernel: EmittedKernel, x, w, out, epi=None, in_epi=None) -> None:
+    def run(self, kernel: EmittedKernel, x, w, out, epi=None, in_epi=None, zero=None) -> None:
         """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
         goes into a kernel that fuses it, else into one epilogue launch after it. The kernel's workspace is
         made (zeroed) on its first run."""
@@ -113,7 +113,7 @@ class KernelRunner:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
         # NHWC out as the NCHW-shaped (channels_last) view an epilogue launch reads its channels from
         self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi,
-                                 in_epi)
+                                 in_epi, zero=zero)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
                    form: int = 0, handoff: bool = False) -> dict:
@@ -123,7 +123,8 @@ class KernelRunner:
         epilogue as the executor gives it: one snn_epilogue launch after the kernel.
         handoff: the input is a producer's raw sums (signed) and the kernel applies relu(x + shift[c]) while
         staging (emit.IN_ARGS); the zeros it counts there must be those of relu(x + shift), each once. A kernel
-        that takes emit.IN_RES_ARGS also adds a residual there and must store the finished input exactly."""
+        that takes emit.IN_RES_ARGS also adds a residual there and must store the finished input exactly; one
+        that takes emit.ZERO_ARGS must zero the range it is given (random values before each run)."""
         from .executor import Epilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
@@ -151,7 +152,9 @@ class KernelRunner:
             want = want + r.double()
         if relu:
             want = want.clamp_min(0)
-        outs, counted, in_counted = [], [], []
+        outs, counted, in_counted, zeroed = [], [], [], []
+        zero = (torch.empty(4096 + 64 * batch, device="cuda")
+                if handoff and takes_zero_range({"steps": kernel.steps}) else None)
         out_dt = dt if p16 and kernel.epilogue else torch.float32
         for _ in range(2):
             out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda", dtype=out_dt)
@@ -160,8 +163,12 @@ class KernelRunner:
                 in_epi.counters.zero_()
                 if in_epi.out is not None:
                     in_epi.out.fill_(float("nan"))
-            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0), in_epi)
+            if zero is not None:
+                zero.uniform_(1.0, 2.0, generator=gen)
+            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0), in_epi, zero)
             torch.cuda.synchronize()
+            if zero is not None:
+                zeroed.append(not bool(zero.any()))
             outs.append(out)
             counted.append(int(zeros.item()))
             if in_epi is not None:
@@ -175,10 +182,11 @@ class KernelRunner:
                 for o in outs]
         nan = sum(int(torch.isnan(o).sum()) for o in outs)
         nz = [int((o == 0).sum()) for o in outs]
-        ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok)
+        ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok) and all(zeroed)
               and in_counted == ([in_zeros_expected] * 2 if handoff else []))
         return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias, "handoff": handoff,
                 "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected, "stored_input_exact": stored_ok,
+                "zero_range_cleared": zeroed,
                 "residual": residual, "relu": relu, "precision": kernel.precision, "err_over_allowed": max(errs),
                 "max_abs_err": max(float((o.double() - want).abs().max()) for o in outs), "max_abs_ref": scale, "nan": nan,
                 "zeros": counted, "zeros_expected": nz, "ok": ok}

@@ -8,7 +8,7 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None)
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None, zero=None)
                                      a manifest kernel's steps, then its Epilogue (or None): fused into the
                                      launch where the kernel can (the hand-off's arguments: Executor.sparse_conv)
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
@@ -23,7 +23,7 @@ Executor, and no others:
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
                                      graph allocates nothing
-    sparse_conv(op, kernel, inp, out, epi, in_epi, into)  launch `kernel` for the conv `op` into `out`,
+    sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero)  launch `kernel` for the conv `op` into `out`,
                                      epilogue included, or hand it to the next conv (runtime/handoff.py)
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
@@ -40,8 +40,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, takes_input_epilogue, takes_input_residual,
-                      uses_accumulator, workspace)
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, launches_epilogue, takes_input_epilogue, takes_input_residual,
+                      takes_zero_range, uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -121,7 +121,8 @@ class TorchBackend:
         if counters is not None:
             counters[slot] += (out == 0).sum()
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None):
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None) -> bool:
         F = self.torch.nn.functional
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
@@ -151,12 +152,17 @@ class TorchBackend:
             x, w = x.to(self.compute_dtype), w.to(self.compute_dtype)
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
         self.sparse_calls.append(name)
+        # the range to clear, as the kernel (after reading its input) or its epilogue launch would
+        cleared = zero is not None and (takes_zero_range(kentry) or (into is None and launches_epilogue(kentry, epi)))
+        if cleared:
+            zero.zero_()
         if into is not None:  # adds, like the kernel's atomics: a buffer not zeroed shows in the result
             into.add_(y)
-            return
+            return cleared
         out.copy_(y)
         if epi is not None:
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
+        return cleared
 
     def prepare_bias(self, channels):
         """Nothing to make ahead: this backend allocates as it goes (no CUDA graph records it)."""
@@ -250,15 +256,16 @@ class Executor:
             self.backend.prepare_accumulator(int(kentry["batch"]) * s.N * s.P * s.Q)
 
     def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue, in_epi: InputEpilogue | None = None,
-                    into=None) -> None:
+                    into=None, zero=None) -> bool:
         """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included
         (one snn_epilogue launch after the steps where the kernel does not fuse it). runtime/graph.py's moved
         epilogues: in_epi (the producer's, applied to `inp` while staging), into (a zeroed buffer for this
-        split's raw sums, its epilogue left to the consumer)."""
+        split's raw sums, its epilogue left to the consumer), zero (a range of the graph's sums buffer cleared by
+        this conv's launches where they can: returns True then)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
-        self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                 self.convs[op.name].shape, epi, in_epi, into)
+        return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
+                                        self.convs[op.name].shape, epi, in_epi, into, zero)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits

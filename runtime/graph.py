@@ -279,9 +279,12 @@ class Capture:
                     region, waits, _ = self.sums.take(B * N * P * Q)
                 self._await(waits)
             kernel = table.kernel(fixed)
+            # regions read by earlier consumers, cleared by this conv's launches where they can
+            span = self.sums.dirty()[0] if self.sums is not None and self.sums.dirty() else None
+            zero = self.sums.buf[span[0]:span[1]] if span else None
             if region is not None:
                 y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
-                ex.sparse_conv(op, kernel, inp, y, epi, in_epi, into=y)
+                cleared = ex.sparse_conv(op, kernel, inp, y, epi, in_epi, into=y, zero=zero)
                 # where later ops read the value, the consumer stores it here as it stages it
                 value = (torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
                          if op.name in self.stored else y)
@@ -290,9 +293,11 @@ class Capture:
                 self._regions[consumer] = region
             else:
                 value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
-                ex.sparse_conv(op, kernel, inp, value, epi, in_epi)
+                cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero)
+            if cleared:
+                self.sums.cleared(span)
             if in_epi is not None and self.sums.consumed(self._regions.pop(op.name)):
-                self._clear()          # read regions worth a clear: one fill beside the next convs
+                self._clear()          # read regions pile up: one fill beside the next convs
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return value
         handle = self._new_handle(table.branches)

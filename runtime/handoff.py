@@ -13,10 +13,11 @@ Only in a captured graph (runtime/graph.py), and only between layers whose kerne
 sparsity (a fixed branch: no selector reads the counter in between). The eager path runs every epilogue.
 `SNN_HANDOFF=0` turns it off.
 
-The sums buffer must be zero where a split adds into it. It is a ring of regions: once their consumers have read
-regions worth a largest one, one fill clears them on a side branch of the graph (it overlaps the next convs), and
-a producer that takes such a range again first waits for that clear. A producer that finds no free region (every
-one still to be read) runs its epilogue itself.
+The sums buffer must be zero where a split adds into it. It is a ring of regions; once a consumer has read its
+region, the next fixed conv's launch clears it (its kernel after its wait, emit.ZERO_ARGS, or its snn_epilogue
+launch): no kernel of its own. Where read regions pile up all the same (no such launch comes), one fill clears
+them on a side branch of the graph, and a producer that takes such a range again first waits for that fill. A
+producer that finds no free region (every one still to be read) runs its epilogue itself.
 """
 from __future__ import annotations
 
@@ -89,8 +90,8 @@ class Region:
 
 class Sums:
     """The graph's buffer of handed-off raw sums (float32, zeroed), a ring of regions: `take` one for a producer,
-    `consumed` once its consumer is launched; the caller clears what `dirty` returns, several regions a clear
-    (each clear is a kernel of the graph), and says so with `clearing`."""
+    `consumed` once its consumer is launched; the caller clears what `dirty` returns, in a launch of its own
+    stream (`cleared`) or on a side branch (`clearing`)."""
 
     def __init__(self, torch, capacity: int, device, batch_clear: int = 0):
         self.buf = torch.zeros(max(1, capacity), dtype=torch.float32, device=device)
@@ -139,6 +140,12 @@ class Sums:
             else:
                 spans.append([r.start, r.end])
         return [tuple(x) for x in spans]
+
+    def cleared(self, span: tuple[int, int]) -> None:
+        """The dirty regions within span were cleared by a launch of the graph's own stream: free now (a later
+        producer comes after that launch)."""
+        for r in [r for r in self.live if r.state == "dirty" and span[0] <= r.start and r.end <= span[1]]:
+            self.live.remove(r)
 
     def clearing(self, cleared_by=None) -> None:
         """The dirty regions' clear is recorded (cleared_by: its event; None: done already, as on one stream)."""

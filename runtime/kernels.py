@@ -11,7 +11,8 @@
 - a producer's epilogue moved into its consumer (runtime/graph.py decides where): the producing split adds
   its raw sums into `into` (zeroed, the caller's), with no epilogue launch; the consuming kernel gets
   `in_epi` (shift, counters, slot: emit.IN_ARGS; residual, out: emit.IN_RES_ARGS) and applies it while
-  staging.
+  staging. `zero`: a range of the graph's sums buffer to clear in this conv's launches (emit.ZERO_ARGS in its
+  kernel, else snn_epilogue's zero range where it ends with one).
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
-OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res", "in_out")
+OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res", "in_out", "zero",
+                 "zero_total")
 # the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
 ACCUMULATOR = "accumulator"
 
@@ -42,6 +44,11 @@ def takes_input_epilogue(kentry: dict) -> bool:
 def takes_input_residual(kentry: dict) -> bool:
     """The kernel can also add its producer's residual and store the finished input (emit.IN_RES_ARGS)."""
     return any("in_res" in step.get("args", ()) for step in kentry["steps"])
+
+
+def takes_zero_range(kentry: dict) -> bool:
+    """The kernel can zero a range after its wait (emit.ZERO_ARGS)."""
+    return any("zero" in step.get("args", ()) for step in kentry["steps"])
 
 
 def launches_epilogue(kentry: dict, epi) -> bool:
@@ -145,8 +152,10 @@ class CudaBackend:
         grid = (total + self.epi_block - 1) // self.epi_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
-    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None):
-        """The kernel's steps and its epilogue (see the module's docstring)."""
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None) -> bool:
+        """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the
+        kernel (emit.ZERO_ARGS) or its epilogue launch where one of them can: True then."""
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
         if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)
@@ -162,7 +171,12 @@ class CudaBackend:
                 acc = self.prepare_accumulator(out.numel(), out.device)
                 bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
-        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0, "in_res": 0, "in_out": 0}
+        vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0, "in_res": 0, "in_out": 0,
+                "zero": 0, "zero_total": 0}
+        cleared = zero is not None and takes_zero_range(kentry)
+        if cleared:
+            vals.update(zero=_ptr(zero), zero_total=zero.numel())
+            zero = None
         fused = bool(kentry.get("epilogue"))
         if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
@@ -192,7 +206,7 @@ class CudaBackend:
                     if a in bufs:
                         args.append((bufs[a].data_ptr(), _PTR))
                     elif a in vals:
-                        args.append((vals[a], _I32 if a == "relu" else _PTR))
+                        args.append((vals[a], _I32 if a == "relu" else _I64 if a == "zero_total" else _PTR))
                     else:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")
@@ -201,7 +215,9 @@ class CudaBackend:
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
         if not launches_epilogue(kentry, epi):
-            return
+            return cleared
         # one launch: a split's sums read into out (the accumulator zeroed again), else in place
         src = bufs[ACCUMULATOR] if acc is not None else out
-        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, clear=acc is not None)
+        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, clear=acc is not None,
+                      zero=zero)
+        return cleared or zero is not None

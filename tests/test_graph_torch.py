@@ -18,6 +18,7 @@ class CpuCapture(graph.Capture):
         pass
 
     def _clear(self):  # one stream on the CPU: cleared at once, as the side branch does before reuse
+        self.side_cleared = getattr(self, "side_cleared", 0) + sum(r.state == "dirty" for r in self.sums.live)
         for start, end in self.sums.dirty():
             self.sums.buf[start:end].zero_()
         self.sums.clearing()

@@ -12,15 +12,15 @@ from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 SPLIT_ARGS = ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu"]
 
 
-def split_cache(net, in_args=True, static=True, in_res=False):
+def split_cache(net, in_args=True, static=True, in_res=False, zero=False):
     """Every kernel a channel split (adds into the accumulator) that takes its producer's epilogue (in_args; its
-    residual and a store of the finished input with in_res), every layer static (one kernel at any sparsity: no
-    decision in the graph)."""
+    residual and a store of the finished input with in_res; a range to zero with zero), every layer static (one
+    kernel at any sparsity: no decision in the graph)."""
     cache = fake_cache(net, threshold=0.4)
     for k in cache.data["kernels"].values():
         k["steps"] = [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0,
                        "args": SPLIT_ARGS + (["in_shift", "in_zeros"] if in_args else [])
-                       + (["in_res", "in_out"] if in_res else [])}]
+                       + (["in_res", "in_out"] if in_res else []) + (["zero", "zero_total"] if zero else [])}]
     if static:
         for c in net.convs:
             entry = cache.layer_entry(c.name, 2)
@@ -73,6 +73,21 @@ def test_a_residual_block_output_is_handed_off_and_stored(tiny):
     eager.forward(x)
     assert graph == {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
     assert 0 < graph["c.conv"] < 1
+
+
+@pytest.mark.parametrize("zero", [False, True])
+def test_read_regions_are_cleared_by_the_next_launch_that_can(tiny, zero):
+    """Kernels that take a range to zero (emit.ZERO_ARGS) clear the regions read before them: only the last
+    region read, with no launch after it, is left to a fill of the graph's own (without them an epilogue launch
+    or a fill does). Either way the logits are the reference's and the buffer is zero at the end (the next replay
+    starts from zeros)."""
+    sd = weights.random_init(tiny, seed=5)
+    x = torch.randn(2, 3, 20, 20)
+    _, cap, y = capture(tiny, split_cache(tiny, in_res=True, zero=zero), x, sd)
+    assert len(cap.handoffs) == 2
+    assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
+    assert not bool(cap.sums.buf.any()) and cap.sums.dirty() == []
+    assert cap.side_cleared == 1 if zero else cap.side_cleared >= 1
 
 
 def test_a_stored_value_the_consumer_does_not_store_shows_in_the_logits(tiny, monkeypatch):
