@@ -101,10 +101,11 @@ class Sums:
 
     @staticmethod
     def capacity(numels) -> tuple[int, int]:
-        """(buffer floats, floats of dirty regions worth a clear): the largest region's room four times (one
-        being read, one written, dirty ones, cleared ones), and a clear once one largest region is dirty."""
+        """(buffer floats, floats of dirty regions worth a fill): the largest region's room four times (one
+        being read, one written, read ones), and a fill once read regions outgrow two largest ones (one read
+        region alone is left to the next launch, which clears it at no cost)."""
         largest = max(_align(n) for n in numels)
-        return 4 * largest, largest
+        return 4 * largest, 2 * largest
 
     def take(self, numel: int) -> tuple[Region | None, list, bool]:
         """(a region of numel floats, zeroed once the clears returned have completed, False), or (None, [],

@@ -143,8 +143,8 @@ def test_a_sums_buffer_not_zeroed_shows_in_the_logits(tiny, monkeypatch):
 def test_sums_regions_are_a_ring_reused_once_cleared():
     A = handoff.ALIGN
     capacity, batch_clear = handoff.Sums.capacity([100, 30, 10])
-    assert (capacity, batch_clear) == (4 * 2 * A, 2 * A)  # the largest, aligned, four times; a clear per largest
-    s = handoff.Sums(torch, capacity, "cpu", batch_clear)
+    assert (capacity, batch_clear) == (4 * 2 * A, 2 * 2 * A)  # the largest, aligned, four times; a fill per two
+    s = handoff.Sums(torch, capacity, "cpu", 2 * A)
     a, wa, _ = s.take(30)
     b, wb, _ = s.take(100)
     assert wa == wb == [] and b.view.numel() == 100 and (b.start, b.end) == (A, 3 * A)  # one after the other
