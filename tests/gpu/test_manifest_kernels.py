@@ -21,7 +21,7 @@ from snn.codegen import bundle  # noqa: E402
 from snn.runtime.check import handoff_input  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue  # noqa: E402
-from snn.runtime.kernels import CudaBackend, takes_input_epilogue, takes_input_residual, workspace  # noqa: E402
+from snn.runtime.kernels import CudaBackend, takes_input_epilogue, takes_input_residual, takes_zero_range, workspace  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -94,8 +94,12 @@ def test_every_kernel_matches_float64(path):
                 in_epi.counters.zero_()
                 if in_epi.out is not None:
                     in_epi.out.fill_(float("nan"))
-            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi, in_epi)
+            # a hand-off kernel also clears a range it is given (a read region of the graph's sums buffer)
+            zero = (torch.rand(4096, generator=gen, device="cuda") + 1
+                    if in_epi is not None and takes_zero_range(k) else None)
+            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi, in_epi, zero=zero)
             torch.cuda.synchronize()
+            assert zero is None or not bool(zero.any()), f"{name}: the range to zero was not cleared"
             if in_epi is not None:
                 got = int(in_epi.counters.item())
                 assert got == in_zeros, f"{name}: counted {got} zeros in its staged input, there are {in_zeros}"
