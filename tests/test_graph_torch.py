@@ -9,7 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from snn.runtime import dispatch, executor, graph, handoff, weights  # noqa: E402
+from snn.runtime import dispatch, executor, graph, weights  # noqa: E402
 from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 
 
