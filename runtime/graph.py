@@ -224,7 +224,7 @@ class Capture:
             return
         fixed = {name: ex.cache.kernel(t.kernel(b)) for name, t in self.tables.items()
                  if (b := t.constant_branch()) is not None}
-        self.handoffs = handoff.plan(ex.ops, ex.program.output, fixed, self.batch <= handoff.STORED_MAX_BATCH)
+        self.handoffs = handoff.plan(ex.ops, ex.program.output, fixed)
         self.stored = handoff.stored(ex.ops, self.handoffs)
         if self.handoffs:
             sizes = [self.batch * s.N * s.P * s.Q for s in (ex.convs[p].shape for p in self.handoffs)]

@@ -33,13 +33,7 @@ def enabled() -> bool:
     return os.environ.get("SNN_HANDOFF", "1") != "0"
 
 
-# The hand-offs that add a residual or store the value (IN_RES_ARGS) at batch 1 only: there they save an epilogue
-# launch for a little staging work (ResNet-152 1.91 -> 1.87 ms on the H100); at batch 8 every consumer block
-# re-reads the residual and the launches saved weigh less (7.54 -> 7.63 ms). docs/results/h100/fusion/.
-STORED_MAX_BATCH = 1
-
-
-def plan(ops, output: str, fixed: dict[str, dict], stored: bool = True) -> dict[str, str]:
+def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
     """{producer conv: consumer conv} for the program's ops (runtime/lower.py), where `fixed` maps each
     conv that runs one kernel whatever its sparsity to that kernel's manifest entry.
 
@@ -47,7 +41,7 @@ def plan(ops, output: str, fixed: dict[str, dict], stored: bool = True) -> dict[
     (+ a residual), its value (or an alias of it) is not the network's output, and the first op that reads it
     is a later conv with a fixed kernel that takes IN_ARGS, reading it as its input (not as a residual); with a
     residual, or where other ops read the value after that conv, the consumer's kernel must also take
-    IN_RES_ARGS (it adds the residual and stores the value for them: `stored`), and `stored` must be True."""
+    IN_RES_ARGS (it adds the residual and stores the value for them: `stored`)."""
     moves = {}
     for op in ops:
         k = fixed.get(op.name) if op.kind == "conv" else None
@@ -61,7 +55,7 @@ def plan(ops, output: str, fixed: dict[str, dict], stored: bool = True) -> dict[
         kc = fixed.get(c.name) if c.kind == "conv" else None
         if kc is None or c.inputs[0] not in names or names & set(c.inputs[1:]) or not takes_input_epilogue(kc):
             continue
-        if (ep.get("residual") or len(readers) > 1) and not (stored and takes_input_residual(kc)):
+        if (ep.get("residual") or len(readers) > 1) and not takes_input_residual(kc):
             continue
         moves[op.name] = c.name
     return moves

@@ -56,17 +56,13 @@ def test_split_hands_its_epilogue_to_the_next_conv(tiny):
     assert 0 < graph["b.conv2"] < 1
 
 
-def test_a_residual_block_output_is_handed_off_and_stored(tiny, monkeypatch):
+def test_a_residual_block_output_is_handed_off_and_stored(tiny):
     """With kernels that add the residual and store the finished input (emit.IN_RES_ARGS), the residual block's
     last conv hands its epilogue (bias + residual + ReLU) to c.conv, its first reader, which stores the value for
-    the concat that reads it later. Logits as the reference's, sparsities as the eager pass counts them. Only up
-    to handoff.STORED_MAX_BATCH."""
+    the concat that reads it later. Logits as the reference's, sparsities as the eager pass counts them."""
     sd = weights.random_init(tiny, seed=5)
     x = torch.randn(2, 3, 20, 20)
     cache = split_cache(tiny, in_res=True)
-    _, cap, _ = capture(tiny, cache, x, sd)
-    assert handoff.STORED_MAX_BATCH < 2 and cap.handoffs == {"b.conv1": "b.conv2"} and cap.stored == set()
-    monkeypatch.setattr(handoff, "STORED_MAX_BATCH", 2)
     ex, cap, y = capture(tiny, cache, x, sd)
     res = next(o.name for o in ex.ops if o.kind == "conv" and (o.attrs.get("epilogue") or {}).get("residual"))
     assert cap.handoffs == {"b.conv1": "b.conv2", res: "c.conv"} and cap.stored == {res}
@@ -80,13 +76,12 @@ def test_a_residual_block_output_is_handed_off_and_stored(tiny, monkeypatch):
 
 
 @pytest.mark.parametrize("zero", [False, True])
-def test_read_regions_are_cleared_by_the_next_launch_that_can(tiny, zero, monkeypatch):
+def test_read_regions_are_cleared_by_the_next_launch_that_can(tiny, zero):
     """Kernels that take a range to zero (emit.ZERO_ARGS) clear the regions read before them: no fill of the
     graph's own (without them an epilogue launch or a fill does). Either way the logits are the reference's and
     the buffer is zero at the end (the next replay starts from zeros)."""
     sd = weights.random_init(tiny, seed=5)
     x = torch.randn(2, 3, 20, 20)
-    monkeypatch.setattr(handoff, "STORED_MAX_BATCH", 2)
     _, cap, y = capture(tiny, split_cache(tiny, in_res=True, zero=zero), x, sd)
     assert len(cap.handoffs) == 2
     assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
@@ -111,7 +106,6 @@ def test_a_stored_value_the_consumer_does_not_store_shows_in_the_logits(tiny, mo
             k = {**k, "in_epi": in_epi} if "in_epi" in k else k
         return real(self, *a, **k)
     monkeypatch.setattr(executor.TorchBackend, "sparse_conv", no_store)
-    monkeypatch.setattr(handoff, "STORED_MAX_BATCH", 2)
     _, cap, y = capture(tiny, split_cache(tiny, in_res=True), x, sd)
     assert cap.stored
     assert rel_err(y, executor.reference(tiny, sd, x.double())) > 1e-3
