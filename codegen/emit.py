@@ -308,4 +308,3 @@ def render_sparse_ws(shape: ConvShape, batch: int, config: KernelConfig) -> Emit
     src = _env().get_template("sparse_conv_ws.cu.j2").render(name=name, g=g, pixels=pixels, shape_tag=shape.tag(),
                                                               cfg_tag=config.tag())
     return _kernel(name, src, g, batch, [config.threads, g["WARPS"], 1])
-

@@ -175,6 +175,8 @@ class CudaBackend:
                 "zero": 0, "zero_total": 0}
         cleared = zero is not None and takes_zero_range(kentry)
         if cleared:
+            if zero.numel() % 4 or zero.data_ptr() % 16:   # the kernel clears it in float4 stores
+                raise RunError(f"kernel '{name}': a range to zero must be whole 16-byte-aligned float4s")
             vals.update(zero=_ptr(zero), zero_total=zero.numel())
             zero = None
         fused = bool(kentry.get("epilogue"))
