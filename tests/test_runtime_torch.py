@@ -461,3 +461,37 @@ def test_cuda_backend_epilogue_reads_a_channel_prefix_in_place(tiny):
     old.epilogue(view, s, t, None, out, None, None, True)
     args = dev.calls[-1][5]
     assert args[0][0] != buf.data_ptr() and len(args) == 12   # a dense copy; no pitch argument
+
+
+def test_cuda_backend_passes_the_hand_off_arguments(tiny):
+    """A hand-off consumer's launch: in_shift / in_zeros, in_res / in_out (dense NHWC only) and the range to zero
+    (whole float4s, its length as a 64-bit integer) in the manifest's order; a kernel without the arguments
+    refuses them; the range goes to the kernel, so no epilogue launch clears it."""
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue", "zero_range": True}
+    be = CudaBackend(dev, cache)
+    args = ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res",
+            "in_out", "zero", "zero_total"]
+    k = {"cubin": "/k.cubin", "epilogue": False,
+         "steps": [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "args": args}]}
+    inp, w = torch.ones(2, 8, 4, 4), torch.ones(8, 1, 1, 8)
+    into = torch.zeros(2, 4, 4, 8).permute(0, 3, 1, 2)
+    res = torch.randn(2, 4, 4, 8).permute(0, 3, 1, 2)
+    stored = torch.empty(2, 4, 4, 8).permute(0, 3, 1, 2)
+    zero = torch.ones(64)
+    in_epi = executor.InputEpilogue(torch.ones(8), torch.zeros(2, dtype=torch.int64), 1, res, stored)
+    assert be.sparse_conv("k", k, inp, w, None, {}, None, None, in_epi, into=into, zero=zero)
+    (_, _, _, _, _, passed), = dev.calls
+    ptr = {a: v for a, (v, _) in zip(args, passed)}
+    assert ptr["in_res"] == res.data_ptr() and ptr["in_out"] == stored.data_ptr()
+    assert ptr["accumulator"] == into.data_ptr()
+    assert ptr["zero"] == zero.data_ptr() and passed[-1] == (64, ctypes.c_longlong)
+    with pytest.raises(RunError, match="float4"):
+        be.sparse_conv("k", k, inp, w, None, {}, None, None, in_epi, into=into, zero=torch.ones(66)[1:])
+    with pytest.raises(RunError, match="dense NHWC"):
+        be.sparse_conv("k", k, inp, w, None, {}, None, None,
+                       executor.InputEpilogue(torch.ones(8), None, None, res[:, :4]), into=into)
+    no_res = dict(k, steps=[dict(k["steps"][0], args=args[:9])])
+    with pytest.raises(RunError, match="in_res"):
+        be.sparse_conv("k", no_res, inp, w, None, {}, None, None, in_epi, into=into)
