@@ -40,8 +40,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, launches_epilogue, takes_input_epilogue, takes_input_residual,
-                      takes_zero_range, uses_accumulator, workspace)
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, launches_epilogue, takes_zero_range,
+                      uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -130,16 +130,12 @@ class TorchBackend:
             for a in names:
                 if a not in bufs and a not in OPTIONAL_ARGS:
                     raise RunError(f"kernel '{name}': step names unknown buffer '{a}'")
-        if in_epi is not None and not takes_input_epilogue(kentry):
-            raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
+        check_input_epilogue(name, kentry, in_epi)
         if into is not None and not uses_accumulator(kentry):
             raise RunError(f"kernel '{name}' stores its own epilogue: it cannot leave it to its consumer")
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
         x = inp
         if in_epi is not None:  # the producer's epilogue on its raw sums, its zeros counted
-            if (in_epi.residual is not None or in_epi.out is not None) and not takes_input_residual(kentry):
-                raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res "
-                               "argument)")
             x = x + in_epi.shift.view(1, -1, 1, 1)
             if in_epi.residual is not None:
                 x = x + in_epi.residual

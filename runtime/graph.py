@@ -280,7 +280,8 @@ class Capture:
                 self._await(waits)
             kernel = table.kernel(fixed)
             # regions read by earlier consumers, cleared by this conv's launches where they can
-            span = self.sums.dirty()[0] if self.sums is not None and self.sums.dirty() else None
+            spans = self.sums.dirty() if self.sums is not None else []
+            span = spans[0] if spans else None
             zero = self.sums.buf[span[0]:span[1]] if span else None
             if region is not None:
                 y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
@@ -289,7 +290,7 @@ class Capture:
                 value = (torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
                          if op.name in self.stored else y)
                 self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot, epi.residual,
-                                                        value if value is not y else None, y)
+                                                        value if op.name in self.stored else None, y)
                 self._regions[consumer] = region
             else:
                 value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)

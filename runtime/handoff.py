@@ -43,12 +43,13 @@ def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
     residual, or where other ops read the value after that conv, the consumer's kernel must also take
     IN_RES_ARGS (it adds the residual and stores the value for them: `stored`)."""
     moves = {}
+    aliases = _aliases(ops)
     for op in ops:
         k = fixed.get(op.name) if op.kind == "conv" else None
         ep = op.attrs.get("epilogue") if k is not None else None
         if not ep or not ep.get("relu") or ep.get("shift") is None or not uses_accumulator(k):
             continue
-        names, readers = _readers(ops, op.name)
+        names, readers = _readers(ops, op.name, aliases)
         if output in names or not readers:
             continue
         c = readers[0]
@@ -63,15 +64,21 @@ def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
 
 def stored(ops, moves: dict[str, str]) -> set[str]:
     """The producers of `moves` whose value is read after its consumer: the consumer stores it (in_out)."""
-    return {p for p in moves if len(_readers(ops, p)[1]) > 1}
+    aliases = _aliases(ops)
+    return {p for p in moves if len(_readers(ops, p, aliases)[1]) > 1}
 
 
-def _readers(ops, value: str):
-    """(the value's names: itself and its aliases, the ops that read one of them in program order)."""
-    aliases: dict[str, str] = {}   # alias value -> the conv value it is
+def _aliases(ops) -> dict[str, str]:
+    """alias value -> the conv value it is."""
+    aliases: dict[str, str] = {}
     for op in ops:
         if op.kind == "alias":
             aliases[op.name] = aliases.get(op.inputs[0], op.inputs[0])
+    return aliases
+
+
+def _readers(ops, value: str, aliases: dict[str, str]):
+    """(the value's names: itself and its aliases, the ops that read one of them in program order)."""
     names = {value} | {a for a, v in aliases.items() if v == value}
     return names, [o for o in ops if o.kind != "alias" and names & set(o.inputs)]
 
@@ -148,12 +155,10 @@ class Sums:
         for r in [r for r in self.live if r.state == "dirty" and span[0] <= r.start and r.end <= span[1]]:
             self.live.remove(r)
 
-    def clearing(self, cleared_by=None) -> None:
-        """The dirty regions' clear is recorded (cleared_by: its event; None: done already, as on one stream)."""
-        for r in [r for r in self.live if r.state == "dirty"]:
-            if cleared_by is None:
-                self.live.remove(r)
-            else:
+    def clearing(self, cleared_by) -> None:
+        """The dirty regions' clear is recorded on a side branch (cleared_by: its event, to wait for)."""
+        for r in self.live:
+            if r.state == "dirty":
                 r.state, r.cleared_by = "clearing", cleared_by
 
 

@@ -32,23 +32,38 @@ OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "i
 ACCUMULATOR = "accumulator"
 
 
+def _names(kentry: dict, arg: str) -> bool:
+    """A launch of the kernel's steps names `arg`."""
+    return any(arg in step.get("args", ()) for step in kentry["steps"])
+
+
 def uses_accumulator(kentry: dict) -> bool:
-    return any(ACCUMULATOR in step.get("args", ()) for step in kentry["steps"])
+    return _names(kentry, ACCUMULATOR)
 
 
 def takes_input_epilogue(kentry: dict) -> bool:
     """The kernel can apply its producer's epilogue while staging (emit.IN_ARGS in its launch)."""
-    return any("in_shift" in step.get("args", ()) for step in kentry["steps"])
+    return _names(kentry, "in_shift")
 
 
 def takes_input_residual(kentry: dict) -> bool:
     """The kernel can also add its producer's residual and store the finished input (emit.IN_RES_ARGS)."""
-    return any("in_res" in step.get("args", ()) for step in kentry["steps"])
+    return _names(kentry, "in_res")
 
 
 def takes_zero_range(kentry: dict) -> bool:
     """The kernel can zero a range after its wait (emit.ZERO_ARGS)."""
-    return any("zero" in step.get("args", ()) for step in kentry["steps"])
+    return _names(kentry, "zero")
+
+
+def check_input_epilogue(name: str, kentry: dict, in_epi) -> None:
+    """RunError where the kernel cannot take the producer's epilogue it is given (either backend)."""
+    if in_epi is None:
+        return
+    if not takes_input_epilogue(kentry):
+        raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
+    if (in_epi.residual is not None or in_epi.out is not None) and not takes_input_residual(kentry):
+        raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res argument)")
 
 
 def launches_epilogue(kentry: dict, epi) -> bool:
@@ -183,14 +198,10 @@ class CudaBackend:
         if epi is not None and fused:
             vals.update(bias=_ptr(epi.bias), residual=_ptr(epi.residual), relu=int(bool(epi.relu)),
                         zeros=counter_ptr(epi.counters, epi.slot))
+        check_input_epilogue(name, kentry, in_epi)
         if in_epi is not None:
-            if not takes_input_epilogue(kentry):
-                raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
             vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
             if in_epi.residual is not None or in_epi.out is not None:
-                if not takes_input_residual(kentry):
-                    raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res "
-                                   "argument)")
                 for t in (in_epi.residual, in_epi.out):   # the kernel indexes them as dense NHWC
                     if t is not None and pixel_pitch(t) != t.shape[1]:
                         raise RunError(f"kernel '{name}': its producer's residual and stored input must be dense NHWC")

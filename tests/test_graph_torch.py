@@ -19,9 +19,9 @@ class CpuCapture(graph.Capture):
 
     def _clear(self):  # one stream on the CPU: cleared at once, as the side branch does before reuse
         self.side_cleared = getattr(self, "side_cleared", 0) + sum(r.state == "dirty" for r in self.sums.live)
-        for start, end in self.sums.dirty():
-            self.sums.buf[start:end].zero_()
-        self.sums.clearing()
+        for span in self.sums.dirty():
+            self.sums.buf[span[0]:span[1]].zero_()
+            self.sums.cleared(span)
 
     def _await(self, events):
         assert events == []

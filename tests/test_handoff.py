@@ -162,6 +162,6 @@ def test_sums_regions_are_a_ring_reused_once_cleared():
     f, waits, _ = s.take(30)
     assert f.start == A and waits == ["clear-ab"]
     s.consumed(c)
-    s.clearing()  # cleared on one stream: nothing to wait for
+    s.cleared(s.dirty()[0])  # cleared by a launch on the graph's stream: nothing to wait for
     assert c not in s.live and s.dirty() == []
     assert s.take(10 ** 6) == (None, [], False)  # larger than the buffer
