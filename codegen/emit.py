@@ -110,7 +110,8 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
                 DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision),
-                IN_RES=input_residual(shape, cfg, precision), **cluster_geometry(shape, cfg))
+                IN_RES=input_residual(shape, cfg, precision), OUT_LD=output_pitch(shape, cfg, precision),
+                **cluster_geometry(shape, cfg))
 
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
@@ -202,6 +203,15 @@ IN_RES_ARGS = ["in_res", "in_out"]
 # and, last, a range of floats to zero after its wait (null / 0: none): the graph's sums regions that the kernel
 # before it has read, cleared in a launch the graph makes anyway (no fill kernel). The manifest names them.
 ZERO_ARGS = ["zero", "zero_total"]
+# The output's pixel pitch, last (`output_pitch`): a store (or a split's atomics) puts pixel i's channels at
+# output + i * out_ld, so a conv can write the channel slice of a wider NHWC tensor, a concat's buffer
+# (runtime/lower.py), with no copy; out_ld = N for a dense output. The residual is always dense.
+OUT_ARGS = ["out_ld"]
+
+
+def output_pitch(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
+    """Whether the kernel takes OUT_ARGS: FP32, no cluster (a cluster's store indexes a dense output)."""
+    return precision == "fp32" and not cfg.cluster
 
 
 def input_residual(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
@@ -235,7 +245,7 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
     args = ([ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
-            + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []))
+            + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []) + (OUT_ARGS if g["OUT_LD"] else []))
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]
@@ -284,7 +294,8 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
                 TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float",
-                IN_EPI=input_epilogue(shape, cfg), IN_RES=input_residual(shape, cfg), **cluster_geometry(shape, cfg),
+                IN_EPI=input_epilogue(shape, cfg), IN_RES=input_residual(shape, cfg), OUT_LD=output_pitch(shape, cfg),
+                **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 

@@ -25,7 +25,8 @@ from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel,
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import CudaBackend, takes_input_epilogue, takes_input_residual, takes_zero_range, workspace
+from .kernels import (CudaBackend, stores_slice, takes_input_epilogue, takes_input_residual, takes_output_pitch,
+                      takes_zero_range, workspace)
 
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
@@ -104,19 +105,19 @@ class KernelRunner:
         """Compile what the cache lacks; returns the kernels with a stack frame or spills, and why."""
         return self._compile({k.name: k.source for k in kernels})
 
-    def run(self, kernel: EmittedKernel, x, w, out, epi=None, in_epi=None, zero=None) -> None:
-        """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out; epi (executor.Epilogue)
-        goes into a kernel that fuses it, else into one epilogue launch after it. The kernel's workspace is
-        made (zeroed) on its first run."""
+    def run(self, kernel: EmittedKernel, x, w, out, epi=None, in_epi=None, zero=None, zeroed=False) -> None:
+        """The kernel's steps on NHWC input x, CRSN weights w and NHWC output out (or the channel slice of a wider
+        NHWC buffer, zeroed: it holds zeros already); epi (executor.Epilogue) goes into a kernel that fuses it, else
+        into one epilogue launch after it. The kernel's workspace is made (zeroed) on its first run."""
         entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": kernel.epilogue}
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
         # NHWC out as the NCHW-shaped (channels_last) view an epilogue launch reads its channels from
         self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi,
-                                 in_epi, zero=zero)
+                                 in_epi, zero=zero, zeroed=zeroed)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
-                   form: int = 0, handoff: bool = False) -> dict:
+                   form: int = 0, handoff: bool = False, pitch: int = 0) -> dict:
         """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
         workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
@@ -124,7 +125,9 @@ class KernelRunner:
         handoff: the input is a producer's raw sums (signed) and the kernel applies relu(x + shift[c]) while
         staging (emit.IN_ARGS); the zeros it counts there must be those of relu(x + shift), each once. A kernel
         that takes emit.IN_RES_ARGS also adds a residual there and must store the finished input exactly; one
-        that takes emit.ZERO_ARGS must zero the range it is given (random values before each run)."""
+        that takes emit.ZERO_ARGS must zero the range it is given (random values before each run).
+        pitch > N: the output is channels [4, 4 + N) of a NaN-poisoned NHWC buffer `pitch` wide (a concat's, with the
+        kernel's emit.OUT_ARGS): every other channel must stay NaN; a split adds into its slice, zeroed first."""
         from .executor import Epilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
@@ -156,8 +159,19 @@ class KernelRunner:
         zero = (torch.empty(4096 + 64 * batch, device="cuda")
                 if handoff and takes_zero_range({"steps": kernel.steps}) else None)
         out_dt = dt if p16 and kernel.epilogue else torch.float32
+        sliced, others_nan = pitch > shape.N, []
+        count = not sliced or kernel.epilogue   # a split writes a slice only with nothing to apply: no count
+        if sliced and not stores_slice({"steps": kernel.steps, "epilogue": kernel.epilogue},
+                                       Epilogue(b, r, relu, 1 if count else None, 0)):
+            raise ValueError(f"{kernel.name}: form {form % 4} cannot write a slice (kernels.stores_slice)")
         for _ in range(2):
-            out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda", dtype=out_dt)
+            if sliced:
+                buf = torch.full((batch, shape.P, shape.Q, pitch), float("nan"), device="cuda", dtype=out_dt)
+                out = buf[..., 4:4 + shape.N]
+                if not kernel.epilogue:   # a split adds into it: zeroed, as the runtime's chain buffer is
+                    out.zero_()
+            else:
+                out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda", dtype=out_dt)
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
             if in_epi is not None:
                 in_epi.counters.zero_()
@@ -165,8 +179,10 @@ class KernelRunner:
                     in_epi.out.fill_(float("nan"))
             if zero is not None:
                 zero.uniform_(1.0, 2.0, generator=gen)
-            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros, 0), in_epi, zero)
+            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros if count else None, 0), in_epi, zero, zeroed=sliced)
             torch.cuda.synchronize()
+            if sliced:
+                others_nan.append(bool(torch.isnan(buf[..., :4]).all()) and bool(torch.isnan(buf[..., 4 + shape.N:]).all()))
             if zero is not None:
                 zeroed.append(not bool(zero.any()))
             outs.append(out)
@@ -181,27 +197,33 @@ class KernelRunner:
         errs = [float(((o.double() - want).abs() / (rounding * want.abs() + TOLERANCE * scale + TOLERANCE)).max())
                 for o in outs]
         nan = sum(int(torch.isnan(o).sum()) for o in outs)
-        nz = [int((o == 0).sum()) for o in outs]
-        ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok) and all(zeroed)
+        nz = [int((o == 0).sum()) if count else 0 for o in outs]
+        ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok) and all(zeroed) and all(others_nan)
               and in_counted == ([in_zeros_expected] * 2 if handoff else []))
         return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias, "handoff": handoff,
                 "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected, "stored_input_exact": stored_ok,
-                "zero_range_cleared": zeroed,
+                "zero_range_cleared": zeroed, "pitch": pitch, "others_untouched": others_nan,
                 "residual": residual, "relu": relu, "precision": kernel.precision, "err_over_allowed": max(errs),
                 "max_abs_err": max(float((o.double() - want).abs().max()) for o in outs), "max_abs_ref": scale, "nan": nan,
                 "zeros": counted, "zeros_expected": nz, "ok": ok}
 
-    def check_convs(self, cases, seed: int = 0, handoff: bool = False) -> list[dict]:
+    def check_convs(self, cases, seed: int = 0, handoff: bool = False, sliced: bool = False) -> list[dict]:
         """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each. handoff: the
-        cases whose kernel takes its producer's epilogue (emit.IN_ARGS), checked with it."""
+        cases whose kernel takes its producer's epilogue (emit.IN_ARGS), checked with it. sliced: the cases whose
+        kernel takes out_ld (emit.OUT_ARGS), each writing a concat buffer's slice (pitch N + 12), with bias + ReLU
+        where it fuses its epilogue and nothing where it is a split (what kernels.stores_slice allows)."""
         gen = self.torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
         for i, (k, shape, batch) in enumerate(cases):
             if handoff and not takes_input_epilogue({"steps": k.steps}):
                 continue
+            if sliced and not takes_output_pitch({"steps": k.steps}):
+                continue
             sparsity = 0.4 + 0.55 * float(self.torch.rand(1, generator=gen, device="cuda"))
-            rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=i, handoff=handoff))
+            form = (1 if k.epilogue else 3) if sliced else i
+            rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=form, handoff=handoff,
+                                        pitch=shape.N + 12 if sliced else 0))
         return rows
 
     def check_epilogue(self, seed: int = 2) -> list[dict]:

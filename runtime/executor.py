@@ -8,9 +8,10 @@ or one of its sparse kernels.
 
 A backend provides
     epilogue(inp, scale, shift, residual, out, counters, slot, relu)   the snn_epilogue launch
-    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None, zero=None)
-                                     a manifest kernel's steps, then its Epilogue (or None): fused into the
-                                     launch where the kernel can (the hand-off's arguments: Executor.sparse_conv)
+    sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi=None, into=None, zero=None,
+                zeroed=False)        a manifest kernel's steps, then its Epilogue (or None): fused into the
+                                     launch where the kernel can (the hand-off's arguments: Executor.sparse_conv);
+                                     out may be a concat buffer's channel slice (kernels.stores_slice)
     prepare_bias(channels)           make what a bias-only epilogue allocates (before a graph capture)
     prepare_accumulator(numel)       the same for the accumulator a split kernel adds into
 
@@ -23,8 +24,9 @@ Executor, and no others:
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
                                      graph allocates nothing
-    sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero)  launch `kernel` for the conv `op` into `out`,
-                                     epilogue included, or hand it to the next conv (runtime/handoff.py)
+    sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero, zeroed)  launch `kernel` for the conv `op` into
+                                     `out`, epilogue included, or hand it to the next conv (runtime/handoff.py)
+    stores_slice(kernel, epi)        whether that launch can write a concat buffer's channel slice as `out`
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
     last_trace                       replaced by the graph's trace after each replay
@@ -40,8 +42,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, launches_epilogue, takes_zero_range,
-                      uses_accumulator, workspace)
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, launches_epilogue, output_pitch, stores_slice,
+                      takes_zero_range, uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -122,8 +124,9 @@ class TorchBackend:
             counters[slot] += (out == 0).sum()
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
-                    zero=None) -> bool:
+                    zero=None, zeroed=False) -> bool:
         F = self.torch.nn.functional
+        output_pitch(name, kentry, out, epi, into)   # a channel slice only where the kernel could write one
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
             names = [step["buffer"]] if step["op"] == "memset" else step.get("args", [])
@@ -154,6 +157,9 @@ class TorchBackend:
             zero.zero_()
         if into is not None:  # adds, like the kernel's atomics: a buffer not zeroed shows in the result
             into.add_(y)
+            return cleared
+        if zeroed and uses_accumulator(kentry) and (epi is None or epi.empty):
+            out.add_(y)       # a split adding into an output said to be zero already, as the kernel would
             return cleared
         out.copy_(y)
         if epi is not None:
@@ -252,16 +258,21 @@ class Executor:
             self.backend.prepare_accumulator(int(kentry["batch"]) * s.N * s.P * s.Q)
 
     def sparse_conv(self, op: Op, kernel: str, inp, out, epi: Epilogue, in_epi: InputEpilogue | None = None,
-                    into=None, zero=None) -> bool:
+                    into=None, zero=None, zeroed=False) -> bool:
         """The manifest steps of `kernel` for the conv `op`: NHWC `inp` -> NHWC `out`, epilogue included
         (one snn_epilogue launch after the steps where the kernel does not fuse it). runtime/graph.py's moved
         epilogues: in_epi (the producer's, applied to `inp` while staging), into (a zeroed buffer for this
         split's raw sums, its epilogue left to the consumer), zero (a range of the graph's sums buffer cleared by
-        this conv's launches where they can: returns True then)."""
+        this conv's launches where they can: returns True then). out may be a concat buffer's channel slice where
+        stores_slice(kernel, epi); zeroed: out holds zeros already (no fill before a split adds into it)."""
         kentry = self.cache.kernel(kernel)
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
         return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
-                                        self.convs[op.name].shape, epi, in_epi, into, zero)
+                                        self.convs[op.name].shape, epi, in_epi, into, zero, zeroed)
+
+    def stores_slice(self, kernel: str, epi: Epilogue) -> bool:
+        """Whether `kernel` with this epilogue writes a concat buffer's channel slice itself (kernels.stores_slice)."""
+        return stores_slice(self.cache.kernel(kernel), epi)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits
@@ -338,7 +349,12 @@ class Executor:
             a = op.attrs
             if op.kind == "conv":
                 epi = self.epilogue_of(op, env, counters if count else None)
-                env[op.name] = self._conv(op, env[op.inputs[0]], epi, B, counters, trace, sync, capture)
+                target = None
+                if "concat" in a:  # its value's only reader is a concat chain: its slice of the buffer, where it can
+                    c = a["concat"]
+                    buf = self._chain_buffer(blocks, c["buffer"], c["total"], env[op.inputs[0]], op)
+                    target = buf[:, c["offset"]:c["offset"] + self.convs[op.name].shape.N]
+                env[op.name] = self._conv(op, env[op.inputs[0]], epi, B, counters, trace, sync, capture, target)
             elif op.kind == "alias":
                 env[op.name] = env[op.inputs[0]]
             elif op.kind == "epilogue":
@@ -374,13 +390,11 @@ class Executor:
                 env[op.name] = F.adaptive_avg_pool2d(env[op.inputs[0]], a["size"])
             elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
                 parts = [env[v] for v in op.inputs]
-                buf = blocks.get(a["buffer"])
-                if buf is None:
-                    b, _, h, w = parts[0].shape
-                    buf = blocks[a["buffer"]] = torch.empty((b, a["total"], h, w), device=self.device,
-                                                            dtype=parts[0].dtype, memory_format=cl)
+                buf = self._chain_buffer(blocks, a["buffer"], a["total"], parts[0])
                 for t, off in zip(parts, a["offsets"]):
-                    buf[:, off:off + t.shape[1]].copy_(t)
+                    dst = buf[:, off:off + t.shape[1]]
+                    if t.data_ptr() != dst.data_ptr():   # not written in place by its conv
+                        dst.copy_(t)
                 env[op.name] = buf[:, :a["channels"]]
             elif op.kind == "concat":
                 env[op.name] = torch.cat([env[v] for v in op.inputs], dim=1).contiguous(memory_format=cl)
@@ -393,14 +407,36 @@ class Executor:
         self.last_trace = trace
         return env[prog.output]
 
-    def _conv(self, op: Op, inp, epi: Epilogue, B, counters, trace, sync, capture):
+    def _chain_buffer(self, blocks: dict, name: str, total: int, like, conv: Op | None = None):
+        """A concat chain's buffer ([B, total, H, W] NHWC, like's batch and pixels), made by its first writer. Zeroed
+        where a conv writes into it that may run sparse: a split then adds into its slice with no fill."""
+        buf = blocks.get(name)
+        if buf is None:
+            torch = self.torch
+            b, _, h, w = like.shape
+            if conv is not None:   # the conv's output pixels, not its input's
+                b, h, w = b, self.convs[conv.name].shape.P, self.convs[conv.name].shape.Q
+            buf = blocks[name] = torch.empty((b, total, h, w), device=self.device, dtype=like.dtype,
+                                             memory_format=torch.channels_last)
+            if self._sparse_into_chains:
+                buf.zero_()
+        return buf
+
+    @property
+    def _sparse_into_chains(self) -> bool:
+        """Some conv may add a split's sums into a chain buffer's slice (so it is made zeroed)."""
+        return self.cache is not None and self.force != "dense" and any("concat" in op.attrs for op in self.ops)
+
+    def _conv(self, op: Op, inp, epi: Epilogue, B, counters, trace, sync, capture, target=None):
+        """The conv's output: into `target` (a concat buffer's zeroed channel slice) where its kernel can write it,
+        else a new tensor (the concat op copies it in)."""
         torch = self.torch
         cl = torch.channels_last
         conv = self.convs[op.name]
         shape = conv.shape
         eligible = op.name in self.program.eligible
         if eligible and counters is not None and capture is not None:
-            return capture.conv(op, inp, epi, B, counters, trace)
+            return capture.conv(op, inp, epi, B, counters, trace, target)
         sparsity = None
         if eligible and counters is not None:
             # host read of the counter: one small copy per layer (the graph path decides on the device)
@@ -413,8 +449,9 @@ class Executor:
             out = self.dense_conv(op, inp, epi)
         else:
             inp = inp.contiguous(memory_format=cl)
-            out = torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
-            self.sparse_conv(op, kernel, inp, out, epi)
+            into = target is not None and self.stores_slice(kernel, epi)
+            out = target if into else torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
+            self.sparse_conv(op, kernel, inp, out, epi, zeroed=into)
         ms = self._tock(t0, sync) if self.trace else None
         trace.append(LayerTrace(conv.index, conv.name, sparsity, "sparse" if kernel else "dense", kernel, ms))
         return out

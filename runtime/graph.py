@@ -251,7 +251,9 @@ class Capture:
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
     # -- during capture ----------------------------------------------------------------------------
-    def conv(self, op, inp, epi, B, counters, trace):
+    def conv(self, op, inp, epi, B, counters, trace, target=None):
+        """The conv's nodes; its output, in `target` (a concat buffer's channel slice, zeroed) where every kernel
+        the layer may run writes it there (the dense branch copies into it then), else a new tensor."""
         torch, ex = self.torch, self.ex
         conv = ex.convs[op.name]
         shape = conv.shape
@@ -293,8 +295,10 @@ class Capture:
                                                         value if op.name in self.stored else None, y)
                 self._regions[consumer] = region
             else:
-                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
-                cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero)
+                into = target is not None and ex.stores_slice(kernel, epi)
+                value = target if into else torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype,
+                                                        memory_format=cl)
+                cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero, zeroed=into)
             if cleared:
                 self.sums.cleared(span)
             if in_epi is not None and self.sums.consumed(self._regions.pop(op.name)):
@@ -303,13 +307,17 @@ class Capture:
             return value
         handle = self._new_handle(table.branches)
         self._select(i, counters, slot, inp.numel(), table, handle)
-        out = {}
+        into = target is not None and all(ex.stores_slice(k, epi) for k in table.kernels)
+        out = {"y": target} if into else {}
 
         def dense():
             y = ex.dense_conv(op, inp, epi)
-            out["y"] = y if y.is_contiguous(memory_format=cl) else y.contiguous(memory_format=cl)
+            if into:
+                target.copy_(y)
+            else:
+                out["y"] = y if y.is_contiguous(memory_format=cl) else y.contiguous(memory_format=cl)
 
-        bodies = [dense] + [lambda k=k: ex.sparse_conv(op, k, inp, out["y"], epi) for k in table.kernels]
+        bodies = [dense] + [lambda k=k: ex.sparse_conv(op, k, inp, out["y"], epi, zeroed=into) for k in table.kernels]
         try:
             self._switch(handle, bodies)
         except BodyUnsupported as e:

@@ -13,6 +13,9 @@
   `in_epi` (shift, counters, slot: emit.IN_ARGS; residual, out: emit.IN_RES_ARGS) and applies it while
   staging. `zero`: a range of the graph's sums buffer to clear in this conv's launches (emit.ZERO_ARGS in its
   kernel, else snn_epilogue's zero range where it ends with one).
+- `out` may be the channel slice of a wider NHWC tensor (a concat chain's buffer, runtime/lower.py) where the
+  kernel stores it itself (`stores_slice`: emit.OUT_ARGS, no epilogue launch, no residual); `zeroed` says it
+  holds zeros already, so a split adds into it without a fill first.
 """
 from __future__ import annotations
 
@@ -27,7 +30,7 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
 OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res", "in_out", "zero",
-                 "zero_total")
+                 "zero_total", "out_ld")
 # the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
 ACCUMULATOR = "accumulator"
 
@@ -54,6 +57,34 @@ def takes_input_residual(kentry: dict) -> bool:
 def takes_zero_range(kentry: dict) -> bool:
     """The kernel can zero a range after its wait (emit.ZERO_ARGS)."""
     return _names(kentry, "zero")
+
+
+def takes_output_pitch(kentry: dict) -> bool:
+    """The kernel stores its output at a pixel pitch it is given (emit.OUT_ARGS)."""
+    return _names(kentry, "out_ld")
+
+
+def stores_slice(kentry: dict, epi) -> bool:
+    """Whether a sparse_conv of this kernel with this epilogue can write the channel slice of a wider NHWC tensor:
+    the kernel stores (or adds) the output itself at a pitch it is given, and reads no residual there (the
+    residual is indexed at the output's offsets, so it must have the same pitch)."""
+    return takes_output_pitch(kentry) and not launches_epilogue(kentry, epi) and (epi is None or epi.residual is None)
+
+
+def output_pitch(name: str, kentry: dict, out, epi, into) -> int:
+    """The pixel pitch the kernel writes at: out's (RunError where out is a slice this launch cannot write), or
+    N where its sums go to `into` (a dense region)."""
+    if into is not None or out is None:
+        return into.shape[1] if into is not None else 0
+    ld = pixel_pitch(out)
+    if ld is None or ld == out.shape[1]:   # dense (the kernel indexes it as NHWC)
+        return out.shape[1]
+    if not stores_slice(kentry, epi):
+        why = ("no out_ld argument" if not takes_output_pitch(kentry) else
+               "its residual is read at the output's offsets" if epi is not None and epi.residual is not None else
+               "an epilogue launch writes it densely")
+        raise RunError(f"kernel '{name}' cannot write the channel slice of a wider tensor ({why})")
+    return ld
 
 
 def check_input_epilogue(name: str, kentry: dict, in_epi) -> None:
@@ -168,9 +199,10 @@ class CudaBackend:
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
-                    zero=None) -> bool:
+                    zero=None, zeroed=False) -> bool:
         """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the
         kernel (emit.ZERO_ARGS) or its epilogue launch where one of them can: True then."""
+        out_ld = output_pitch(name, kentry, out, epi, into)
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
         if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)
@@ -180,14 +212,15 @@ class CudaBackend:
             epi = None
         elif uses_accumulator(kentry):
             if epi is None or epi.empty:  # nothing to apply: the split adds into out, zeroed first (one fill
-                out.zero_()                 # kernel, cheaper than an epilogue that copies the sums out)
+                if not zeroed:              # kernel, cheaper than an epilogue that copies the sums out)
+                    out.zero_()
                 bufs[ACCUMULATOR] = out
             else:  # the split's sums, as out's NCHW-shaped view for the epilogue after the steps
                 acc = self.prepare_accumulator(out.numel(), out.device)
                 bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
         vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0, "in_res": 0, "in_out": 0,
-                "zero": 0, "zero_total": 0}
+                "zero": 0, "zero_total": 0, "out_ld": out_ld}
         cleared = zero is not None and takes_zero_range(kentry)
         if cleared:
             if zero.numel() % 4 or zero.data_ptr() % 16:   # the kernel clears it in float4 stores
@@ -219,7 +252,7 @@ class CudaBackend:
                     if a in bufs:
                         args.append((bufs[a].data_ptr(), _PTR))
                     elif a in vals:
-                        args.append((vals[a], _I32 if a == "relu" else _I64 if a == "zero_total" else _PTR))
+                        args.append((vals[a], _I32 if a in ("relu", "out_ld") else _I64 if a == "zero_total" else _PTR))
                     else:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")

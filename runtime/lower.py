@@ -10,7 +10,9 @@
 - every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own;
 - a chain of concats each of which extends the one before (DenseNet's block: cat(x0, y1), cat(x0, y1, y2), ...)
   shares one buffer as wide as its last: each op copies only its new inputs into their channel slices, and its
-  value is the buffer's first channels (a view: later readers see pixels wider apart than their channels).
+  value is the buffer's first channels (a view: later readers see pixels wider apart than their channels);
+- a conv whose value only such an op reads (DenseNet's conv2) writes it straight into its slice where its
+  kernel can (attrs "concat"; the executor decides per kernel, the concat op copies what is not in place).
 Each conv whose input comes from a ReLU (possibly through maxpool/concat) is *eligible* for the sparse
 path; each tensor such a conv reads gets a zero-counter slot, counted by the epilogue that writes it or
 by a `count` op right after it; each value is dropped after its last reader.
@@ -94,6 +96,7 @@ def lower(net: Network, sd: dict, device="cpu") -> Program:
     ops, slots = _counters(ops, eligible)
     ops = _into_convs(ops)
     ops = _concat_chains(ops, lambda v: net.input_shape if v == net.input_name else g.nodes[v].shape)
+    _into_concats(ops, net.output)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
 
 
@@ -319,6 +322,29 @@ def _concat_chains(ops: list[Op], shape_of) -> list[Op]:
                       {"buffer": root.name, "total": sum(shape_of(v)[0] for v in last.inputs),
                        "offsets": offsets[first:], "channels": sum(widths)}))
     return out
+
+
+def _into_concats(ops: list[Op], output: str) -> None:
+    """A conv whose value (or its fused ReLU's alias) nothing but one concat chain op reads, as one of its new
+    inputs, gets attrs "concat": the chain's buffer, its width, and the conv's channel offset in it."""
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for v in op.inputs:
+            readers.setdefault(v, []).append(op)
+    producer = {op.name: op for op in ops if op.kind in ("conv", "alias")}
+    for op in ops:
+        if op.kind != "concat" or "buffer" not in op.attrs:
+            continue
+        for v, off in zip(op.inputs, op.attrs["offsets"]):
+            src = producer.get(v)
+            if src is None or v == output or readers.get(v) != [op]:
+                continue
+            if src.kind == "alias":   # conv -> its fused ReLU -> the concat: the conv read by the alias alone
+                if readers.get(src.inputs[0]) != [src]:
+                    continue
+                src = producer.get(src.inputs[0])
+            if src is not None and src.kind == "conv":
+                src.attrs["concat"] = {"buffer": op.attrs["buffer"], "total": op.attrs["total"], "offset": off}
 
 
 def _liveness(ops: list[Op], output: str) -> list[list[str]]:

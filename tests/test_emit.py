@@ -21,18 +21,20 @@ def test_render_sparse_contract():
     sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
     assert sig, "kernel must be extern C with the config name"
     params = [" ".join(p.split()) for p in sig.group(1).split(",")]
-    # sizes are constants: pointers, the relu flag, and (stride 1, same size) the producer's epilogue's pointers
-    # and a range to zero
-    assert len(params) == len(emit.CONV_ARGS) + len(emit.IN_ARGS) + len(emit.ZERO_ARGS) == 11
-    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS + emit.IN_ARGS + emit.ZERO_ARGS
-    assert params[6] == "int relu" and params[10] == "long long zero_total"
+    # sizes are constants: pointers, the relu flag, (stride 1, same size) the producer's epilogue's pointers and a
+    # range to zero, and the output's pixel pitch
+    everything = emit.CONV_ARGS + emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS
+    assert len(params) == len(everything) == 12
+    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == everything
+    assert params[6] == "int relu" and params[10] == "long long zero_total" and params[11] == "int out_ld"
     assert all("*" in p for p in params[:6] + params[7:10])
     # 256 channels in tiles of 32: partial sums meet in atomics in the runtime's zeroed accumulator, passed
     # where the output goes; the runtime's epilogue reads them into the output (no memset step)
     assert len(k.steps) == 1 and not k.epilogue
     launch = k.steps[0]
     assert launch["function"] == k.name
-    assert launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:], *emit.IN_ARGS, *emit.ZERO_ARGS]
+    assert launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:], *emit.IN_ARGS, *emit.ZERO_ARGS,
+                              *emit.OUT_ARGS]
     assert emit.ACCUMULATOR == "accumulator"
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
     assert "atomicAdd(reinterpret_cast<float2*>(output + e), o);" in k.source and "#define NPIX 81" in k.source
@@ -183,9 +185,9 @@ def test_kernels_take_their_producers_epilogue_where_each_pixel_has_one_owner():
                   emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16"),
                   emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True))]
     for k in takes:
-        assert k.steps[0]["args"][-4:] == emit.IN_ARGS + emit.ZERO_ARGS, k.name
+        assert k.steps[0]["args"][-5:] == emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS, k.name
         assert "const float* __restrict__ in_shift, unsigned long long* __restrict__ in_zeros," in k.source
-        assert "float* __restrict__ zero, long long zero_total)" in k.source
+        assert "float* __restrict__ zero, long long zero_total, int out_ld)" in k.source
         assert k.source.index("griddepcontrol.wait") < k.source.index("reinterpret_cast<float4*>(zero)[i]")
         assert "if (in_shift != nullptr) {" in k.source and "atomicAdd(in_zeros" in k.source
     for k in not_taking:
@@ -199,12 +201,27 @@ def test_1x1_kernels_also_add_their_producers_residual_and_store_their_input():
     s1 = ConvShape(256, 64, 14, 14, 1, 1, (1, 1), (0, 0))
     for k in (emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2)),
               emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2, 2, 2))):
-        assert k.steps[0]["args"][-6:] == emit.IN_ARGS + emit.IN_RES_ARGS + emit.ZERO_ARGS, k.name
+        assert k.steps[0]["args"][-7:] == emit.IN_ARGS + emit.IN_RES_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS, k.name
         assert "const float* __restrict__ in_res, float* __restrict__ in_out," in k.source
         assert "in_res != nullptr ? in_res[gi] : 0.f" in k.source
         assert "if (in_out != nullptr && tile_n == 0) in_out[gi] = v;" in k.source
     k = emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))
-    assert k.steps[0]["args"][-4:] == emit.IN_ARGS + emit.ZERO_ARGS and "in_res" not in k.source
+    assert k.steps[0]["args"][-5:] == emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS and "in_res" not in k.source
+
+
+def test_fp32_kernels_store_at_the_pixel_pitch_they_are_given():
+    """Every FP32 kernel but a cluster's takes out_ld last (emit.OUT_ARGS), its stores and a split's atomics at
+    out_ld elements a pixel: the channel slice of a concat's buffer. 16-bit and cluster kernels index a dense
+    output and do not take it."""
+    s2 = ConvShape(64, 64, 14, 14, 3, 3, (2, 2), (1, 1))
+    pitched = "const size_t e0 = ((size_t)b * P * Q + (size_t)(p0 + i) * Q + (q0 + j)) * out_ld + n0;"
+    for k in (emit.render_sparse(s2, 1, KernelConfig(2, 2, 16, 64, 1)),            # a split, no hand-off
+              emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2)),           # stores itself
+              emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))):     # warp-tiled split
+        assert k.steps[0]["args"][-1] == "out_ld" and "int out_ld)" in k.source and pitched in k.source, k.name
+    for k in (emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16"),
+              emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True))):
+        assert "out_ld" not in k.steps[0]["args"] and "out_ld" not in k.source, k.name
 
 
 # ------------------------------------------------------------------ nvcc

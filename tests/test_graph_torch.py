@@ -35,14 +35,21 @@ class CpuCapture(graph.Capture):
     def _new_handle(self, branches):
         return ("handle", branches)
 
+    def conv(self, op, inp, epi, B, counters, trace, target=None):
+        self.target = target
+        return super().conv(op, inp, epi, B, counters, trace, target)
+
     def _switch(self, handle, bodies):
         assert len(bodies) == handle[1]
         self.bodies.append(len(bodies))
         b = int(self.choice[len(self.layers) - 1])
         before = self.counters.clone()
+        target = self.target.clone() if self.target is not None else None
         bodies[0]()
-        if b:  # on the GPU only the chosen body runs: its epilogue counts, body 0's must not have
-            self.counters.copy_(before)
+        if b:  # on the GPU only the chosen body runs: its epilogue counts, body 0's must not have, nor its copy
+            self.counters.copy_(before)   # into a concat's slice
+            if target is not None:
+                self.target.copy_(target)
             bodies[b]()
 
 
@@ -120,6 +127,33 @@ def test_static_layers_launch_their_kernel_without_selector_or_switch(tiny):
         assert tr[name].path == "sparse" and tr[name].kernel == entry["static_kernel"]
         assert dispatch.choose(entry, tr[name].sparsity) == entry["static_kernel"]
         assert entry["static_kernel"] in be.sparse_calls
+
+
+@pytest.mark.parametrize("threshold,static", [(0.4, False), (0.4, True), (1.1, False)])
+def test_a_dense_blocks_conv2_writes_its_slice_in_the_graph(threshold, static):
+    """DenseNet's conv2 in the captured pass: every kernel of the layer takes out_ld, so each body writes the
+    block buffer's slice (a sparse split adds into it, zeroed when the buffer was made; the dense body copies its
+    result in), a static layer's one launch too; the result matches float64 whichever body runs."""
+    from test_lower import DENSE, SliceRecorder
+    from snn.codegen.spec import parse_spec
+    net = parse_spec(DENSE, "dense.yaml")
+    sd = weights.random_init(net, seed=6)
+    x = torch.randn(2, 3, 12, 12)
+    cache = fake_cache(net, threshold=threshold, split=True, out_ld=True)
+    if static:
+        for c in net.convs:
+            entry = cache.layer_entry(c.name, 2)
+            entry["static_kernel"] = entry["levels"]["0.40"]["kernel"]
+    be = SliceRecorder(torch.float64)
+    ex = executor.Executor(net, sd, be, cache, device="cpu", force="auto")
+    cap = CpuCapture(Runner(ex), 2)
+    cap.bodies = []
+    y = ex.forward(x, capture=cap)
+    assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    tr = {t.name: t for t in cap.trace(ex.last_trace)}
+    sparse = [i for i in (1, 2, 3) if tr[f"l{i}.conv2"].path == "sparse"]
+    assert all(be.outs[f"l{i}.conv2"] == (26, True) for i in sparse)
+    assert len(sparse) == (3 if threshold < 1 or static else 0)
 
 
 def test_runner_needs_the_selector_in_the_cache(tiny):

@@ -7,6 +7,7 @@ torch = pytest.importorskip("torch")
 from snn.codegen.spec import parse_spec  # noqa: E402
 from snn.runtime import executor, lower, weights  # noqa: E402
 from snn.runtime.errors import RunError  # noqa: E402
+from snn.runtime.kernels import pixel_pitch  # noqa: E402
 from test_runtime_torch import TINY, rel_err  # noqa: E402
 
 
@@ -139,19 +140,56 @@ def test_a_dense_block_shares_one_buffer():
     assert freed_at["l1.conv2"] == at["l2.cat"] and freed_at["l2.conv2"] == at["l3.cat"]
 
 
-@pytest.mark.parametrize("force", ["dense", "sparse"])
-def test_a_dense_block_matches_the_reference(force):
+class SliceRecorder(executor.TorchBackend):
+    """The emulation, recording each sparse conv's output pitch (pixel_pitch) and whether it was said zeroed."""
+
+    def __init__(self, *a):
+        super().__init__(*a)
+        self.outs: dict[str, tuple] = {}
+
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None, zeroed=False):
+        self.outs[name.rsplit("_l", 1)[0].removeprefix("sconv_")] = (pixel_pitch(out), zeroed)
+        return super().sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi, into, zero, zeroed)
+
+
+def test_a_dense_blocks_conv2_writes_into_its_concat_slice():
+    """Each layer's conv2 (read by nothing but the chain) is marked to write its channels of the block's buffer; a
+    conv with any other reader, or a value no conv produced (pool0), is not."""
+    net = parse_spec(DENSE, "dense.yaml")
+    prog = lower.lower(net, weights.random_init(net, seed=4), "cpu")
+    marked = {op.name: op.attrs["concat"] for op in prog.ops if op.kind == "conv" and "concat" in op.attrs}
+    assert marked == {f"l{i}.conv2": {"buffer": "l2.cat", "total": 26, "offset": 8 + 6 * (i - 1)} for i in (1, 2, 3)}
+    # a second reader (l1.conv2 also read by a relu) keeps it out
+    net2 = parse_spec(DENSE.replace("  - {name: block.cat,", "  - {name: extra, op: relu, input: l1.conv2}\n"
+                                    "  - {name: block.cat,"), "dense.yaml")
+    prog2 = lower.lower(net2, weights.random_init(net2, seed=4), "cpu")
+    assert {op.name for op in prog2.ops if op.kind == "conv" and "concat" in op.attrs} == {"l2.conv2", "l3.conv2"}
+
+
+@pytest.mark.parametrize("force,kernels", [("dense", None), ("sparse", "plain"), ("sparse", "split"),
+                                           ("sparse", "split+out_ld"), ("sparse", "out_ld")])
+def test_a_dense_block_matches_the_reference(force, kernels):
     """Through the shared buffer (the pre-activation BN + ReLU reading its channel prefix in place), dense and
-    with every eligible conv through the sparse emulation, against float64."""
+    with every eligible conv through the sparse emulation, against float64. Kernels that take out_ld write each
+    conv2 into its slice of the buffer (a split adding into it, zeroed when the buffer was made: the emulation
+    adds there too, so a buffer not zeroed would show); others write a new tensor the concat copies in."""
     from test_runtime_torch import fake_cache
     net = parse_spec(DENSE, "dense.yaml")
     sd = weights.random_init(net, seed=5)
     x = torch.randn(2, 3, 12, 12)
-    cache = fake_cache(net, batch=2) if force == "sparse" else None
-    ex = executor.Executor(net, sd, executor.TorchBackend(torch.float64), cache, device="cpu", force=force,
-                           trace=True)
-    y = ex.forward(x)
-    assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    cache = (fake_cache(net, batch=2, split="split" in kernels, out_ld="out_ld" in kernels)
+             if force == "sparse" else None)
+    be = SliceRecorder(torch.float64)
+    ex = executor.Executor(net, sd, be, cache, device="cpu", force=force, trace=True)
+    for _ in range(2):   # a second pass gets a new buffer, zeroed again
+        y = ex.forward(x)
+        assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    if force == "sparse":
+        into = "out_ld" in kernels
+        for i in (1, 2, 3):
+            assert be.outs[f"l{i}.conv2"] == ((26, True) if into else (6, False)), i
+        assert be.outs["l1.conv1"] == (16, False)
     ref = executor.reference(net, sd, x.double(), keep_all=True)
     for t in ex.last_trace:  # each conv's input zeros counted through the views
         if t.sparsity is not None:

@@ -61,17 +61,20 @@ def tiny():
     return parse_spec(TINY, "tiny.yaml")
 
 
-def fake_cache(net, threshold=0.5, layout="CRSN", levels=(0.4, 0.6, 0.8), batch=2):
-    """A manifest.Cache over every conv, with steps the TorchBackend emulation understands."""
+def fake_cache(net, threshold=0.5, layout="CRSN", levels=(0.4, 0.6, 0.8), batch=2, split=False, out_ld=False):
+    """A manifest.Cache over every conv, with steps the TorchBackend emulation understands. split: kernels that add
+    into the accumulator (their epilogue left to a launch after them); out_ld: kernels that take the output's pixel
+    pitch (emit.OUT_ARGS)."""
     kernels, layers = {}, {}
     for c in net.convs:
         entry = {"threshold": threshold, "levels": {}}
         for l in levels:
             name = f"sconv_{c.name}_l{int(l * 100)}"
+            args = ["input", "ws_vals", "weight", "accumulator" if split else "output"] + (["out_ld"] if out_ld else [])
             kernels[name] = {"cubin": "/fake.cubin", "weight_layout": layout, "workspace": {"ws_vals": 64},
-                             "steps": [{"op": "memset", "buffer": "output"},
-                                       {"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1],
-                                        "smem": 0, "args": ["input", "ws_vals", "weight", "output"]}]}
+                             "steps": ([] if split else [{"op": "memset", "buffer": "output"}])
+                             + [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1],
+                                 "smem": 0, "args": args}]}
             entry["levels"][f"{l:.2f}"] = {"kernel": name}
         layers[c.name] = {"name": c.name, "batches": {str(batch): entry}}
     data = {"batches": [batch], "kernels": kernels, "layers": list(layers.values()), "epilogue": {}}
@@ -266,6 +269,49 @@ def test_cuda_backend_split_adds_into_the_accumulator_and_the_epilogue_clears_it
         assert torch.all(out == 0) and len(dev.calls) == n + 1 and dev.calls[-1][5][2][0] == out.data_ptr()
     assert be.prepare_accumulator(out.numel() * 3, "cpu").numel() == out.numel() * 3
     assert be._retired == [acc] and be.prepare_accumulator(5) is not acc
+
+
+def test_cuda_backend_writes_a_concat_slice_at_its_pitch(tiny):
+    """A kernel taking out_ld (emit.OUT_ARGS) gets the output's pixel pitch as an int: the buffer's width for a
+    channel slice of it, N for a dense output. A split with nothing to apply adds into the slice with no fill when
+    it is said zeroed. A slice is refused, in one line, to a kernel without out_ld, and where an epilogue launch
+    (which writes densely) or a residual (indexed at the output's offsets) would follow."""
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    be = CudaBackend(dev, cache)
+    args = ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu", "out_ld"]
+    split = {"cubin": "/k.cubin", "epilogue": False, "steps": [{"op": "launch", "function": "f", "grid": [1, 1, 1],
+             "block": [32, 1, 1], "args": args}]}
+    fused = {"cubin": "/k.cubin", "epilogue": True, "steps": [dict(split["steps"][0], args=[
+        "output" if a == "accumulator" else a for a in args])]}
+    inp, w = torch.ones(2, 8, 4, 4), torch.ones(8, 3, 3, 8)
+    buf = torch.full((2, 20, 4, 4), 7.0).contiguous(memory_format=torch.channels_last)
+    sl = buf[:, 8:16]
+    be.sparse_conv("k", split, inp, w, sl, {}, None, None, zeroed=True)
+    kargs = dev.calls[-1][5]
+    assert kargs[2][0] == sl.data_ptr() and kargs[-1] == (20, ctypes.c_int)
+    assert torch.all(buf == 7.0)   # zeroed: no fill, of the slice or anything else
+    be.sparse_conv("k", split, inp, w, sl, {}, None, executor.Epilogue())
+    assert torch.all(sl == 0) and torch.all(buf[:, :8] == 7.0) and torch.all(buf[:, 16:] == 7.0)
+    counters = torch.zeros(2, dtype=torch.int64)
+    be.sparse_conv("k", fused, inp, w, sl, {}, None, executor.Epilogue(bias=torch.ones(8), relu=True,
+                                                                         counters=counters, slot=0))
+    assert dev.calls[-1][5][-1] == (20, ctypes.c_int) and dev.calls[-1][1] == "f"   # fused: one launch
+    dense = torch.zeros(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
+    be.sparse_conv("k", fused, inp, w, dense, {}, None, None)
+    assert dev.calls[-1][5][-1] == (8, ctypes.c_int)
+    n = len(dev.calls)
+    no_ld = {"cubin": "/k.cubin", "epilogue": True, "steps": [dict(fused["steps"][0], args=fused["steps"][0]["args"][:-1])]}
+    for k, epi, why in ((no_ld, None, "no out_ld argument"),
+                        (split, executor.Epilogue(bias=torch.ones(8), relu=True), "an epilogue launch writes it densely"),
+                        (fused, executor.Epilogue(residual=torch.ones(2, 8, 4, 4)),
+                         "its residual is read at the output's offsets")):
+        with pytest.raises(RunError, match=f"kernel 'k' cannot write the channel slice of a wider tensor \\({why}\\)"):
+            be.sparse_conv("k", k, inp, w, sl, {}, None, epi)
+        with pytest.raises(RunError, match="cannot write the channel slice"):
+            executor.TorchBackend().sparse_conv("k", k, inp, w, sl, {}, None, epi)
+    assert len(dev.calls) == n
 
 
 def test_cuda_backend_launches_programmatically_only_what_the_manifest_marks(tiny):

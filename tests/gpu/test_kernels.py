@@ -56,6 +56,19 @@ def test_kernels_apply_their_producers_epilogue(runner):
     assert not wrong, wrong[:5]
 
 
+def test_kernels_write_a_concat_slice(runner):
+    """Kernels that take out_ld (emit.OUT_ARGS), classic and warp-tiled, fused stores (bias + ReLU, zeros counted)
+    and splits adding with atomics: into channels [4, 4 + N) of a NaN-poisoned buffer N + 12 wide, every other
+    channel left NaN."""
+    cases = classic_cases() + warp_tiled_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    rows = runner.check_convs(cases, seed=2, sliced=True)
+    assert len(rows) >= 8 and any("_w" in r["kernel"] for r in rows) and {r["relu"] for r in rows} == {True, False}
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:5]
+
+
 def test_cluster_kernels_match_float64(runner):
     """Channel splits summed in a thread-block cluster (sm_90+): one round and several, float4 and scalar sums."""
     major, _ = torch.cuda.get_device_capability()
