@@ -22,6 +22,9 @@ class KernelConfig:
     cluster  a channel split (tc < C) whose tiles_c blocks form one thread-block cluster and sum their
              partial tiles in distributed shared memory, the epilogue fused (kernel_rules.cluster_split;
              sm_90+); otherwise a split adds into a zeroed output with atomics
+    out_ld   the kernel stores its output at a pixel pitch it is given at launch (emit.OUT_ARGS), so that it can
+             write its channels of a concat's buffer; planned for the layers whose output only concats read
+             (spec.ConvLayer.into_concat). Other kernels index a dense output with N a compile-time constant.
     """
     th: int
     tw: int
@@ -31,6 +34,7 @@ class KernelConfig:
     wh: int = 1
     ww: int = 1
     cluster: bool = False
+    out_ld: bool = False
 
     @property
     def warp_tiled(self) -> bool:
@@ -39,7 +43,8 @@ class KernelConfig:
     def tag(self) -> str:
         base = f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
         base = f"{base}_w{self.wh}x{self.ww}" if self.warp_tiled else base
-        return f"{base}_cl" if self.cluster else base
+        base = f"{base}_cl" if self.cluster else base
+        return f"{base}_ld" if self.out_ld else base
 
     def name(self, shape: ConvShape, batch: int) -> str:
         """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
@@ -51,6 +56,8 @@ class KernelConfig:
             del d["wh"], d["ww"]
         if not self.cluster:
             del d["cluster"]
+        if not self.out_ld:
+            del d["out_ld"]
         return d
 
     def block_threads(self) -> int:
@@ -77,4 +84,5 @@ class KernelConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
         return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")},
-                   wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)), cluster=bool(d.get("cluster", False)))
+                   wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)), cluster=bool(d.get("cluster", False)),
+                   out_ld=bool(d.get("out_ld", False)))

@@ -125,6 +125,8 @@ def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
 
 
 def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
+    if cfg.out_ld and cfg.cluster:
+        raise ValueError(f"{cfg.tag()}: a cluster's store indexes a dense output (no out_ld)")
     if cfg.cluster and not cluster_split(shape, cfg):
         raise ValueError(f"{cfg.tag()}: no cluster reduction for {shape.tag()} (it needs 1 < tiles_c <= {CLUSTER_MAX} "
                          f"and the partial tile within the staging's shared memory)")
@@ -170,8 +172,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, precision:
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision != "fp32" and (config.warp_tiled or config.cluster):
-        raise ValueError(f"{config.tag()}: {precision} kernels are classic kernels without clusters")
+    if precision != "fp32" and (config.warp_tiled or config.cluster or config.out_ld):
+        raise ValueError(f"{config.tag()}: {precision} kernels are classic kernels without clusters or out_ld")
     if config.warp_tiled:
         return render_sparse_ws(shape, batch, config)
     check_config(shape, config)
@@ -203,15 +205,18 @@ IN_RES_ARGS = ["in_res", "in_out"]
 # and, last, a range of floats to zero after its wait (null / 0: none): the graph's sums regions that the kernel
 # before it has read, cleared in a launch the graph makes anyway (no fill kernel). The manifest names them.
 ZERO_ARGS = ["zero", "zero_total"]
-# The output's pixel pitch, last (`output_pitch`): a store (or a split's atomics) puts pixel i's channels at
-# output + i * out_ld, so a conv can write the channel slice of a wider NHWC tensor, a concat's buffer
-# (runtime/lower.py), with no copy; out_ld = N for a dense output. The residual is always dense.
+# The output's pixel pitch, last, in kernels whose config asks for it (`output_pitch`): a store (or a split's
+# atomics) puts pixel i's channels at output + i * out_ld, so a conv can write the channel slice of a wider NHWC
+# tensor, a concat's buffer (runtime/lower.py), with no copy; out_ld = N for a dense output. The residual (read at
+# the same offsets) must then be dense: the runtime passes one only where out_ld == N.
 OUT_ARGS = ["out_ld"]
 
 
 def output_pitch(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
-    """Whether the kernel takes OUT_ARGS: FP32, no cluster (a cluster's store indexes a dense output)."""
-    return precision == "fp32" and not cfg.cluster
+    """Whether the kernel takes OUT_ARGS: its config says so (KernelConfig.out_ld: the layers whose output only
+    concats read). Every other kernel keeps N a compile-time constant, its store offsets immediates: a runtime
+    pitch changes how ptxas allocates the registers of kernels that never need it."""
+    return cfg.out_ld
 
 
 def input_residual(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:

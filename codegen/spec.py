@@ -103,6 +103,8 @@ class ConvLayer:
     sparse: bool = False  # may run a sparse kernel: its input is a ReLU output (possibly through maxpool or
                           # concat, which keep the zeros) and it is not grouped. Only these are planned,
                           # built and dispatched; the rest (the image-reading stem, grouped convs) run dense.
+    into_concat: bool = False  # only concats read its value (directly, or through its own batchnorm and ReLU):
+                               # its kernels can write their channels of the concat's buffer (KernelConfig.out_ld)
 
     @property
     def macs(self) -> int:
@@ -139,8 +141,26 @@ class Network:
                 continue
             out.append(ConvLayer(len(out), n.name, n.param, conv_shape(n, self._shape_of(n.inputs[0])),
                                  n["bias"], n.inputs[0], ops[n.inputs[0]], n["groups"],
-                                 n.inputs[0] in relu_derived and n["groups"] == 1))
+                                 n.inputs[0] in relu_derived and n["groups"] == 1, self._into_concat(n.name)))
         return tuple(out)
+
+    @cached_property
+    def _readers(self) -> dict[str, list[Node]]:
+        readers: dict[str, list[Node]] = {}
+        for n in self.nodes:
+            for i in n.inputs:
+                readers.setdefault(i, []).append(n)
+        return readers
+
+    def _into_concat(self, conv: str) -> bool:
+        """Only concat nodes read the conv's value, or that of the batchnorm and ReLU that are its only readers."""
+        v = conv
+        for op in ("batchnorm", "relu"):
+            r = self._readers.get(v, [])
+            if len(r) == 1 and r[0].op == op:
+                v = r[0].name
+        r = self._readers.get(v, [])
+        return v != self.output and bool(r) and all(n.op == "concat" for n in r)
 
     @property
     def sparse_convs(self) -> tuple[ConvLayer, ...]:

@@ -8,6 +8,7 @@ Each case is (EmittedKernel, ConvShape, batch).
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from snn.codegen import emit
@@ -89,6 +90,21 @@ def warp_tiled_cases() -> list[tuple]:
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 128, 32, 8, 2, 2)),
              (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2))]
     return [(emit.render_sparse(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
+
+
+def concat_slice_cases() -> list[tuple]:
+    """Kernels that store at a pitch they are given (KernelConfig.out_ld: a concat's channel slice): DenseNet's
+    conv2 shapes (3x3, 128 -> 32) as splits and as direct stores, classic and warp-tiled, a ragged N and P/Q, a 1x1
+    conv, batch 1 and 3."""
+    cases = [(ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 8, 32, 1, 7, 1)),
+             (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(3, 4, 4, 32, 1)),
+             (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 128, 32, 1)),
+             (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 4, 4, 32, 1)),
+             (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 128, 32, 1, 2, 4)),
+             (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2)),
+             (ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0)), KernelConfig(4, 4, 40, 32, 2))]
+    return [(emit.render_sparse(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in cases
+            for b in (1, 3)]
 
 
 def sixteen_bit_cases() -> list[tuple]:

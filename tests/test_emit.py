@@ -1,10 +1,12 @@
 """Rendering contracts of codegen/emit.py, and nvcc: kernels of every ResNet-50 shape spill-free."""
+import dataclasses
 import os
 import re
 import shutil
 
 import pytest
-from kernel_cases import RESNET50, cluster_cases, example_configs, resnet50_cases, sixteen_bit_cases
+from kernel_cases import (RESNET50, cluster_cases, concat_slice_cases, example_configs, resnet50_cases,
+                          sixteen_bit_cases)
 from nvcc_units import compile_units
 
 from snn.codegen import emit
@@ -21,20 +23,18 @@ def test_render_sparse_contract():
     sig = re.search(r'extern "C" __global__ void[^\n]*\n' + re.escape(k.name) + r"\(([^)]*)\)", k.source)
     assert sig, "kernel must be extern C with the config name"
     params = [" ".join(p.split()) for p in sig.group(1).split(",")]
-    # sizes are constants: pointers, the relu flag, (stride 1, same size) the producer's epilogue's pointers and a
-    # range to zero, and the output's pixel pitch
-    everything = emit.CONV_ARGS + emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS
-    assert len(params) == len(everything) == 12
-    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == everything
-    assert params[6] == "int relu" and params[10] == "long long zero_total" and params[11] == "int out_ld"
+    # sizes are constants: pointers, the relu flag, and (stride 1, same size) the producer's epilogue's pointers
+    # and a range to zero
+    assert len(params) == len(emit.CONV_ARGS) + len(emit.IN_ARGS) + len(emit.ZERO_ARGS) == 11
+    assert [p.rsplit(" ", 1)[1].lstrip("*") for p in params] == emit.CONV_ARGS + emit.IN_ARGS + emit.ZERO_ARGS
+    assert params[6] == "int relu" and params[10] == "long long zero_total"
     assert all("*" in p for p in params[:6] + params[7:10])
     # 256 channels in tiles of 32: partial sums meet in atomics in the runtime's zeroed accumulator, passed
     # where the output goes; the runtime's epilogue reads them into the output (no memset step)
     assert len(k.steps) == 1 and not k.epilogue
     launch = k.steps[0]
     assert launch["function"] == k.name
-    assert launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:], *emit.IN_ARGS, *emit.ZERO_ARGS,
-                              *emit.OUT_ARGS]
+    assert launch["args"] == ["input", "weight", "accumulator", *emit.CONV_ARGS[3:], *emit.IN_ARGS, *emit.ZERO_ARGS]
     assert emit.ACCUMULATOR == "accumulator"
     assert launch["grid"] == [4, (256 // 128) * (256 // 32), 1] and launch["block"] == [64, 1, 1]
     assert "atomicAdd(reinterpret_cast<float2*>(output + e), o);" in k.source and "#define NPIX 81" in k.source
@@ -76,7 +76,8 @@ def test_a_clusters_split_sums_on_chip_with_its_epilogue():
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH (install the CUDA toolkit to run)")
-@pytest.mark.parametrize("cases", [cluster_cases, sixteen_bit_cases], ids=["cluster", "sixteen_bit"])
+@pytest.mark.parametrize("cases", [cluster_cases, sixteen_bit_cases, concat_slice_cases],
+                         ids=["cluster", "sixteen_bit", "concat_slice"])
 def test_case_kernels_compile_without_spills(cases):
     kernels = [k for k, _, _ in cases()]
     report = compile_units([k.source for k in kernels], max(1, min(4, os.cpu_count() or 1)))
@@ -185,9 +186,9 @@ def test_kernels_take_their_producers_epilogue_where_each_pixel_has_one_owner():
                   emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16"),
                   emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True))]
     for k in takes:
-        assert k.steps[0]["args"][-5:] == emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS, k.name
+        assert k.steps[0]["args"][-4:] == emit.IN_ARGS + emit.ZERO_ARGS, k.name
         assert "const float* __restrict__ in_shift, unsigned long long* __restrict__ in_zeros," in k.source
-        assert "float* __restrict__ zero, long long zero_total, int out_ld)" in k.source
+        assert "float* __restrict__ zero, long long zero_total)" in k.source
         assert k.source.index("griddepcontrol.wait") < k.source.index("reinterpret_cast<float4*>(zero)[i]")
         assert "if (in_shift != nullptr) {" in k.source and "atomicAdd(in_zeros" in k.source
     for k in not_taking:
@@ -201,27 +202,36 @@ def test_1x1_kernels_also_add_their_producers_residual_and_store_their_input():
     s1 = ConvShape(256, 64, 14, 14, 1, 1, (1, 1), (0, 0))
     for k in (emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2)),
               emit.render_sparse(s1, 1, KernelConfig(1, 7, 64, 32, 2, 2, 2))):
-        assert k.steps[0]["args"][-7:] == emit.IN_ARGS + emit.IN_RES_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS, k.name
+        assert k.steps[0]["args"][-6:] == emit.IN_ARGS + emit.IN_RES_ARGS + emit.ZERO_ARGS, k.name
         assert "const float* __restrict__ in_res, float* __restrict__ in_out," in k.source
         assert "in_res != nullptr ? in_res[gi] : 0.f" in k.source
         assert "if (in_out != nullptr && tile_n == 0) in_out[gi] = v;" in k.source
     k = emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))
-    assert k.steps[0]["args"][-5:] == emit.IN_ARGS + emit.ZERO_ARGS + emit.OUT_ARGS and "in_res" not in k.source
+    assert k.steps[0]["args"][-4:] == emit.IN_ARGS + emit.ZERO_ARGS and "in_res" not in k.source
 
 
-def test_fp32_kernels_store_at_the_pixel_pitch_they_are_given():
-    """Every FP32 kernel but a cluster's takes out_ld last (emit.OUT_ARGS), its stores and a split's atomics at
-    out_ld elements a pixel: the channel slice of a concat's buffer. 16-bit and cluster kernels index a dense
-    output and do not take it."""
+def test_out_ld_kernels_store_at_the_pixel_pitch_they_are_given():
+    """A config with out_ld (KernelConfig: planned for layers only concats read) takes out_ld last
+    (emit.OUT_ARGS), its stores and a split's atomics at out_ld elements a pixel: the channel slice of a concat's
+    buffer; its name says so (_ld). Without it the stores index a dense output, N a constant; 16-bit and cluster
+    configs cannot have it."""
     s2 = ConvShape(64, 64, 14, 14, 3, 3, (2, 2), (1, 1))
     pitched = "const size_t e0 = ((size_t)b * P * Q + (size_t)(p0 + i) * Q + (q0 + j)) * out_ld + n0;"
-    for k in (emit.render_sparse(s2, 1, KernelConfig(2, 2, 16, 64, 1)),            # a split, no hand-off
-              emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2)),           # stores itself
-              emit.render_sparse(S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))):     # warp-tiled split
-        assert k.steps[0]["args"][-1] == "out_ld" and "int out_ld)" in k.source and pitched in k.source, k.name
-    for k in (emit.render_sparse(S3, 1, KernelConfig(2, 2, 256, 64, 2), "bf16"),
-              emit.render_sparse(S3, 1, KernelConfig(2, 2, 64, 64, 4, cluster=True))):
-        assert "out_ld" not in k.steps[0]["args"] and "out_ld" not in k.source, k.name
+    for shape, b, cfg in ((s2, 1, KernelConfig(2, 2, 16, 64, 1)),            # a split, no hand-off
+                          (S3, 1, KernelConfig(2, 2, 256, 64, 2)),           # stores itself, with the hand-off's
+                          (S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2))):     # warp-tiled split
+        k = emit.render_sparse(shape, b, dataclasses.replace(cfg, out_ld=True))
+        assert k.name == cfg.name(shape, b).replace(f"_b{b}", f"_ld_b{b}") and k.steps[0]["args"][-1] == "out_ld", k.name
+        assert "int out_ld)" in k.source and pitched in k.source, k.name
+        plain = emit.render_sparse(shape, b, cfg)
+        assert "out_ld" not in plain.steps[0]["args"] and "out_ld" not in plain.source
+        assert pitched.replace("out_ld", "N") in plain.source
+        assert KernelConfig.from_dict(dataclasses.replace(cfg, out_ld=True).to_dict()).out_ld
+        assert "out_ld" not in cfg.to_dict()
+    for precision, cfg in (("bf16", KernelConfig(2, 2, 256, 64, 2, out_ld=True)),
+                           ("fp32", KernelConfig(2, 2, 64, 64, 4, cluster=True, out_ld=True))):
+        with pytest.raises(ValueError, match="out_ld"):
+            emit.render_sparse(S3, 1, cfg, precision)
 
 
 # ------------------------------------------------------------------ nvcc

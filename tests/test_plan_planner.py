@@ -60,6 +60,25 @@ def test_identical_shapes_are_planned_once(monkeypatch):
     assert set(plan.layers[0].choices) == {0.5, 0.8}
 
 
+def test_layers_only_concats_read_get_kernels_that_store_at_a_pitch():
+    """DenseNet's conv2 (read only by its block's concats) is planned with out_ld kernels (KernelConfig.out_ld:
+    the same tiles, their names ending _ld), predicted alike; every other conv, and every ResNet conv, is not."""
+    net = load_spec("densenet121")
+    into = {c.name for c in net.convs if c.into_concat}
+    assert into == {c.name for c in net.convs if c.name.endswith(".conv2")} and len(into) == 58
+    assert not any(c.into_concat for c in load_spec("resnet50").convs)
+    plan = plan_network(net, H100, 1, (0.5, 0.8))
+    for lp in plan.layers:
+        for ch in lp.choices.values():
+            assert all(cfg.out_ld == lp.layer.into_concat for cfg, _ in ch.candidates()), lp.layer.name
+    conv2 = next(lp for lp in plan.layers if lp.layer.into_concat)
+    plain = plan_shape(conv2.layer.shape, H100, 1, (0.5, 0.8))
+    for level, ch in conv2.choices.items():
+        assert ch.config == dataclasses.replace(plain[level].config, out_ld=True)
+        assert ch.predicted_us == plain[level].predicted_us
+        assert conv2.to_dict(1)["levels"][f"{level:.2f}"]["kernel"].endswith("_ld_b1")
+
+
 def test_plan_subset_of_layers_and_errors():
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
     plan = plan_network(net, H100, 1, "0.6", layers=["layer2.0.conv2", "layer1.0.conv1"])

@@ -203,13 +203,23 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
             why = f"it is grouped ({c.groups} groups)" if c.groups > 1 else f"its input '{c.input}' is no ReLU output"
             raise UserError(f"{net.path}: conv layer '{c.name}' always runs dense: {why}")
         convs = [by_name[n] for n in dict.fromkeys(wanted)]
-    cache: dict[ConvShape, dict[float, Choice]] = {}
+    cache: dict[tuple[ConvShape, bool], dict[float, Choice]] = {}
     planned = []
     for c in convs:
-        if c.shape not in cache:
-            cache[c.shape] = plan_shape(c.shape, gpu, batch, lv, model, candidates)
-        planned.append(LayerPlan(c, cache[c.shape]))
+        if (c.shape, False) not in cache:
+            cache[c.shape, False] = plan_shape(c.shape, gpu, batch, lv, model, candidates)
+        if c.into_concat and (c.shape, True) not in cache:
+            cache[c.shape, True] = {lv_: _pitched(ch) for lv_, ch in cache[c.shape, False].items()}
+        planned.append(LayerPlan(c, cache[c.shape, c.into_concat]))
     return Plan(net.name, gpu, batch, lv, model, tuple(planned))
+
+
+def _pitched(ch: Choice) -> Choice:
+    """The same choice, its kernels storing at a pitch they are given (KernelConfig.out_ld: a concat's buffer) where
+    they can (not a cluster's); the cost model prices them alike (the same bytes are stored)."""
+    def one(cfg):
+        return cfg if cfg.cluster else dataclasses.replace(cfg, out_ld=True)
+    return Choice(one(ch.config), ch.predicted_us, tuple(Choice(one(a.config), a.predicted_us) for a in ch.alternatives))
 
 
 def stages(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str = "snn") -> dict[str, list[KernelConfig]]:
