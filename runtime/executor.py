@@ -126,7 +126,7 @@ class TorchBackend:
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
                     zero=None, zeroed=False) -> bool:
         F = self.torch.nn.functional
-        output_pitch(name, kentry, out, epi, into)   # a channel slice only where the kernel could write one
+        output_pitch(name, kentry, out, epi, into, shape)   # a channel slice only where the kernel could write one
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
             names = [step["buffer"]] if step["op"] == "memset" else step.get("args", [])

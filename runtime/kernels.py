@@ -71,14 +71,16 @@ def stores_slice(kentry: dict, epi) -> bool:
     return takes_output_pitch(kentry) and not launches_epilogue(kentry, epi) and (epi is None or epi.residual is None)
 
 
-def output_pitch(name: str, kentry: dict, out, epi, into) -> int:
-    """The pixel pitch the kernel writes at: out's (RunError where out is a slice this launch cannot write), or
-    N where its sums go to `into` (a dense region)."""
+def output_pitch(name: str, kentry: dict, out, epi, into, shape=None) -> int:
+    """The pixel pitch the kernel writes at: out's where it is the channel slice of a wider NCHW-shaped NHWC tensor
+    (RunError where this launch cannot write one), else N (the conv's `shape`, else the manifest entry's): a dense
+    output, whatever shape it is viewed as, or `into` (a dense region)."""
+    n = shape.N if shape is not None else kentry.get("shape", {}).get("N")
     if into is not None or out is None:
-        return into.shape[1] if into is not None else 0
+        return into.shape[1] if into is not None else (n or 0)
     ld = pixel_pitch(out)
     if ld is None or ld == out.shape[1]:   # dense (the kernel indexes it as NHWC)
-        return out.shape[1]
+        return n if n is not None else out.shape[1]
     if not stores_slice(kentry, epi):
         why = ("no out_ld argument" if not takes_output_pitch(kentry) else
                "its residual is read at the output's offsets" if epi is not None and epi.residual is not None else
@@ -202,7 +204,7 @@ class CudaBackend:
                     zero=None, zeroed=False) -> bool:
         """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the
         kernel (emit.ZERO_ARGS) or its epilogue launch where one of them can: True then."""
-        out_ld = output_pitch(name, kentry, out, epi, into)
+        out_ld = output_pitch(name, kentry, out, epi, into, shape)
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
         if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)

@@ -301,6 +301,9 @@ def test_cuda_backend_writes_a_concat_slice_at_its_pitch(tiny):
     dense = torch.zeros(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
     be.sparse_conv("k", fused, inp, w, dense, {}, None, None)
     assert dev.calls[-1][5][-1] == (8, ctypes.c_int)
+    # a dense output viewed NHWC-shaped (as tests/gpu/test_manifest_kernels passes it): N from the manifest entry
+    be.sparse_conv("k", dict(fused, shape={"N": 8}), inp, w, torch.zeros(2, 5, 5, 8), {}, None, None)
+    assert dev.calls[-1][5][-1] == (8, ctypes.c_int)
     n = len(dev.calls)
     no_ld = {"cubin": "/k.cubin", "epilogue": True, "steps": [dict(fused["steps"][0], args=fused["steps"][0]["args"][:-1])]}
     for k, epi, why in ((no_ld, None, "no out_ld argument"),
