@@ -415,7 +415,7 @@ class Executor:
             torch = self.torch
             b, _, h, w = like.shape
             if conv is not None:   # the conv's output pixels, not its input's
-                b, h, w = b, self.convs[conv.name].shape.P, self.convs[conv.name].shape.Q
+                h, w = self.convs[conv.name].shape.P, self.convs[conv.name].shape.Q
             buf = blocks[name] = torch.empty((b, total, h, w), device=self.device, dtype=like.dtype,
                                              memory_format=torch.channels_last)
             if self._sparse_into_chains:
