@@ -161,8 +161,9 @@ class KernelRunner:
         out_dt = dt if p16 and kernel.epilogue else torch.float32
         sliced, others_nan = pitch > shape.N, []
         count = not sliced or kernel.epilogue   # a split writes a slice only with nothing to apply: no count
-        if sliced and not stores_slice({"steps": kernel.steps, "epilogue": kernel.epilogue},
-                                       Epilogue(b, r, relu, 1 if count else None, 0)):
+        zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+        epi = Epilogue(b, r, relu, zeros if count else None, 0)
+        if sliced and not stores_slice({"steps": kernel.steps, "epilogue": kernel.epilogue}, epi):
             raise ValueError(f"{kernel.name}: form {form % 4} cannot write a slice (kernels.stores_slice)")
         for _ in range(2):
             if sliced:
@@ -172,14 +173,14 @@ class KernelRunner:
                     out.zero_()
             else:
                 out = torch.full((batch, shape.P, shape.Q, shape.N), float("nan"), device="cuda", dtype=out_dt)
-            zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+            zeros.zero_()
             if in_epi is not None:
                 in_epi.counters.zero_()
                 if in_epi.out is not None:
                     in_epi.out.fill_(float("nan"))
             if zero is not None:
                 zero.uniform_(1.0, 2.0, generator=gen)
-            self.run(kernel, x, w, out, Epilogue(b, r, relu, zeros if count else None, 0), in_epi, zero, zeroed=sliced)
+            self.run(kernel, x, w, out, epi, in_epi, zero, zeroed=sliced)
             torch.cuda.synchronize()
             if sliced:
                 others_nan.append(bool(torch.isnan(buf[..., :4]).all()) and bool(torch.isnan(buf[..., 4 + shape.N:]).all()))
