@@ -25,6 +25,9 @@ class KernelConfig:
     out_ld   the kernel stores its output at a pixel pitch it is given at launch (emit.OUT_ARGS), so that it can
              write its channels of a concat's buffer; planned for the layers whose output only concats read
              (spec.ConvLayer.into_concat). Other kernels index a dense output with N a compile-time constant.
+    in_bn    the kernel reads its input at a pixel pitch and may apply a batchnorm's scale and shift and a ReLU to it
+             as it stages it (emit.IN_BN_ARGS): planned for the layers whose input is such a pre-activation of a
+             value others read (spec.ConvLayer.bn_input: DenseNet's norm1 over its block's concat buffer).
     """
     th: int
     tw: int
@@ -35,6 +38,7 @@ class KernelConfig:
     ww: int = 1
     cluster: bool = False
     out_ld: bool = False
+    in_bn: bool = False
 
     @property
     def warp_tiled(self) -> bool:
@@ -44,7 +48,8 @@ class KernelConfig:
         base = f"th{self.th}tw{self.tw}tc{self.tc}_t{self.threads}n{self.nt}"
         base = f"{base}_w{self.wh}x{self.ww}" if self.warp_tiled else base
         base = f"{base}_cl" if self.cluster else base
-        return f"{base}_ld" if self.out_ld else base
+        base = f"{base}_ld" if self.out_ld else base
+        return f"{base}_bn" if self.in_bn else base
 
     def name(self, shape: ConvShape, batch: int) -> str:
         """CUTLASS-style kernel name, e.g. sconv_r3s3_str1_pad1_c256n256_h14w14_th4tw7tc8_t128n2_b1."""
@@ -56,8 +61,9 @@ class KernelConfig:
             del d["wh"], d["ww"]
         if not self.cluster:
             del d["cluster"]
-        if not self.out_ld:
-            del d["out_ld"]
+        for flag in ("out_ld", "in_bn"):
+            if not d[flag]:
+                del d[flag]
         return d
 
     def block_threads(self) -> int:
@@ -85,4 +91,4 @@ class KernelConfig:
     def from_dict(cls, d: dict) -> "KernelConfig":
         return cls(**{k: int(d[k]) for k in ("th", "tw", "tc", "threads", "nt")},
                    wh=int(d.get("wh", 1)), ww=int(d.get("ww", 1)), cluster=bool(d.get("cluster", False)),
-                   out_ld=bool(d.get("out_ld", False)))
+                   out_ld=bool(d.get("out_ld", False)), in_bn=bool(d.get("in_bn", False)))

@@ -111,7 +111,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "
                 TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
                 DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision),
                 IN_RES=input_residual(shape, cfg, precision), OUT_LD=output_pitch(shape, cfg, precision),
-                **cluster_geometry(shape, cfg))
+                IN_BN=cfg.in_bn, **cluster_geometry(shape, cfg))
 
 
 def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
@@ -127,6 +127,9 @@ def cluster_geometry(shape: ConvShape, cfg: KernelConfig) -> dict:
 def check_config(shape: ConvShape, cfg: KernelConfig) -> None:
     if cfg.out_ld and cfg.cluster:
         raise ValueError(f"{cfg.tag()}: a cluster's store indexes a dense output (no out_ld)")
+    if cfg.in_bn and not input_epilogue(shape, cfg):
+        raise ValueError(f"{cfg.tag()}: in_bn stages its input with its producer's epilogue, which needs stride 1, an "
+                         f"output the input's size and no cluster ({shape.tag()})")
     if cfg.cluster and not cluster_split(shape, cfg):
         raise ValueError(f"{cfg.tag()}: no cluster reduction for {shape.tag()} (it needs 1 < tiles_c <= {CLUSTER_MAX} "
                          f"and the partial tile within the staging's shared memory)")
@@ -172,8 +175,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, precision:
     """
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    if precision != "fp32" and (config.warp_tiled or config.cluster or config.out_ld):
-        raise ValueError(f"{config.tag()}: {precision} kernels are classic kernels without clusters or out_ld")
+    if precision != "fp32" and (config.warp_tiled or config.cluster or config.out_ld or config.in_bn):
+        raise ValueError(f"{config.tag()}: {precision} kernels are classic kernels without clusters, out_ld or in_bn")
     if config.warp_tiled:
         return render_sparse_ws(shape, batch, config)
     check_config(shape, config)
@@ -210,6 +213,11 @@ ZERO_ARGS = ["zero", "zero_total"]
 # tensor, a concat's buffer (runtime/lower.py), with no copy; out_ld = N for a dense output. The residual (read at
 # the same offsets) must then be dense: the runtime passes one only where out_ld == N.
 OUT_ARGS = ["out_ld"]
+# A pre-activation's input, last, in kernels whose config asks for it (KernelConfig.in_bn, an input_epilogue kernel):
+# the input's pixels lie in_ld elements apart (the first channels of a concat's buffer: DenseNet's norm1 reads its
+# block's), and where in_scale is non-null each staged value becomes relu(value * in_scale[c] + in_shift[c]) (a
+# batchnorm + ReLU that no conv folds), its zeros counted as IN_ARGS says; null: relu(value + in_shift[c]) as before.
+IN_BN_ARGS = ["in_scale", "in_ld"]
 
 
 def output_pitch(shape: ConvShape, cfg: KernelConfig, precision: str = "fp32") -> bool:
@@ -250,7 +258,8 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     accumulator instead of the output, and the epilogue is left to the runtime (epilogue=False)."""
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
     args = ([ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
-            + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []) + (OUT_ARGS if g["OUT_LD"] else []))
+            + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []) + (OUT_ARGS if g["OUT_LD"] else [])
+            + (IN_BN_ARGS if g.get("IN_BN") else []))
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]
@@ -300,7 +309,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
                 TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float",
                 IN_EPI=input_epilogue(shape, cfg), IN_RES=input_residual(shape, cfg), OUT_LD=output_pitch(shape, cfg),
-                **cluster_geometry(shape, cfg),
+                IN_BN=cfg.in_bn, **cluster_geometry(shape, cfg),
                 **{k: r[k] for k in ("MINB", "KC", "XSTR", "XS_FLOATS", "WS_FLOATS", "SMEM", "BIH", "BIW")})
 
 

@@ -105,6 +105,10 @@ class ConvLayer:
                           # built and dispatched; the rest (the image-reading stem, grouped convs) run dense.
     into_concat: bool = False  # only concats read its value (directly, or through its own batchnorm and ReLU):
                                # its kernels can write their channels of the concat's buffer (KernelConfig.out_ld)
+    bn_input: bool = False     # its input is a batchnorm + ReLU that only it reads, of a value the batchnorm
+                               # cannot fold into (DenseNet's norm1 over its block's concat), stride 1 and an
+                               # output the input's size: its kernels can apply them as they stage the input,
+                               # read at a pixel pitch (KernelConfig.in_bn)
 
     @property
     def macs(self) -> int:
@@ -139,9 +143,10 @@ class Network:
                 relu_derived.add(n.name)
             if n.op != "conv":
                 continue
-            out.append(ConvLayer(len(out), n.name, n.param, conv_shape(n, self._shape_of(n.inputs[0])),
-                                 n["bias"], n.inputs[0], ops[n.inputs[0]], n["groups"],
-                                 n.inputs[0] in relu_derived and n["groups"] == 1, self._into_concat(n.name)))
+            shape = conv_shape(n, self._shape_of(n.inputs[0]))
+            out.append(ConvLayer(len(out), n.name, n.param, shape, n["bias"], n.inputs[0], ops[n.inputs[0]],
+                                 n["groups"], n.inputs[0] in relu_derived and n["groups"] == 1,
+                                 self._into_concat(n.name), self._bn_input(n, shape)))
         return tuple(out)
 
     @cached_property
@@ -161,6 +166,19 @@ class Network:
                 v = r[0].name
         r = self._readers.get(v, [])
         return v != self.output and bool(r) and all(n.op == "concat" for n in r)
+
+    def _bn_input(self, conv: Node, shape: ConvShape) -> bool:
+        """conv reads a ReLU of a batchnorm, each read only by the next, whose input is no conv that it alone reads
+        (a batchnorm lowering folds into its conv), with stride 1 and an output the size of its input."""
+        if conv["groups"] != 1 or shape.stride != (1, 1) or (shape.P, shape.Q) != (shape.H, shape.W):
+            return False
+        relu = self._by_name.get(conv.inputs[0])
+        bn = self._by_name.get(relu.inputs[0]) if relu is not None and relu.op == "relu" else None
+        if bn is None or bn.op != "batchnorm" or self._readers.get(relu.name) != [conv] \
+                or self._readers.get(bn.name) != [relu]:
+            return False
+        src = self._by_name.get(bn.inputs[0])
+        return not (src is not None and src.op == "conv" and self._readers.get(src.name) == [bn])
 
     @property
     def sparse_convs(self) -> tuple[ConvLayer, ...]:

@@ -25,8 +25,8 @@ from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel,
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
-from .kernels import (CudaBackend, stores_slice, takes_input_epilogue, takes_input_residual, takes_output_pitch,
-                      takes_zero_range, workspace)
+from .kernels import (CudaBackend, stores_slice, takes_input_bn, takes_input_epilogue, takes_input_residual,
+                      takes_output_pitch, takes_zero_range, workspace)
 
 TOLERANCE = 1e-5
 # a 16-bit output's own rounding, relative (to nearest: half a unit in the last place, 8 / 11 significant bits)
@@ -72,6 +72,24 @@ def handoff_input(torch, x, gen, residual: bool):
     return raw, InputEpilogue(shift, counters, 0, res.permute(0, 3, 1, 2), stored.permute(0, 3, 1, 2)), done
 
 
+def preact_input(torch, x, gen, pitch: int):
+    """A pre-activation for a check on NHWC x (emit.IN_BN_ARGS): (the batchnorm's input, signed, as the first C
+    channels of a NaN-poisoned NHWC buffer `pitch` wide; the executor.InputEpilogue with a signed scale and a
+    shift; relu(input * scale + shift) rounded as the kernel's fmaf computes it, zero where x is)."""
+    from .executor import InputEpilogue
+    c = x.shape[-1]
+    scale = (torch.rand(c, generator=gen, device="cuda") + 0.5) * torch.where(
+        torch.rand(c, generator=gen, device="cuda") < 0.3, -1.0, 1.0)
+    shift = torch.randn(c, generator=gen, device="cuda") * 0.1
+    y = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2)
+    buf = torch.full((*x.shape[:-1], pitch), float("nan"), device="cuda")
+    z = buf[..., :c]
+    z.copy_((y - shift) / scale)
+    done = (z.double() * scale.double() + shift.double()).float().clamp_min(0)   # one rounding, as fmaf
+    counters = torch.zeros(1, dtype=torch.int64, device="cuda")
+    return z, InputEpilogue(shift, counters, 0, scale=scale), done
+
+
 def conv_float64(torch, x_bhwc, w_crsn, shape: ConvShape):
     """torch's conv2d in float64 of NHWC input and CRSN weights, NHWC out."""
     x = x_bhwc.double().permute(0, 3, 1, 2)
@@ -112,12 +130,12 @@ class KernelRunner:
         entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": kernel.epilogue}
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
-        # NHWC out as the NCHW-shaped (channels_last) view an epilogue launch reads its channels from
-        self.backend.sparse_conv(kernel.name, entry, x, w, out.permute(0, 3, 1, 2), self._ws[kernel.name], None, epi,
-                                 in_epi, zero=zero, zeroed=zeroed)
+        # NHWC in and out as the NCHW-shaped (channels_last) views the runtime passes (their pixel pitch read there)
+        self.backend.sparse_conv(kernel.name, entry, x.permute(0, 3, 1, 2), w, out.permute(0, 3, 1, 2),
+                                 self._ws[kernel.name], None, epi, in_epi, zero=zero, zeroed=zeroed)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,
-                   form: int = 0, handoff: bool = False, pitch: int = 0) -> dict:
+                   form: int = 0, handoff: bool = False, pitch: int = 0, preact: int = 0) -> dict:
         """One kernel against float64, its fused epilogue included: form (mod 4) picks bias + residual + ReLU,
         bias + ReLU, bias alone, nothing; the zeros it counts must be the zeros it wrote. Run twice on one
         workspace (output poisoned each time). A kernel that does not fuse it (a channel split) gets the
@@ -127,13 +145,19 @@ class KernelRunner:
         that takes emit.IN_RES_ARGS also adds a residual there and must store the finished input exactly; one
         that takes emit.ZERO_ARGS must zero the range it is given (random values before each run).
         pitch > N: the output is channels [4, 4 + N) of a NaN-poisoned NHWC buffer `pitch` wide (a concat's, with the
-        kernel's emit.OUT_ARGS): every other channel must stay NaN; a split adds into its slice, zeroed first."""
+        kernel's emit.OUT_ARGS): every other channel must stay NaN; a split adds into its slice, zeroed first.
+        preact: a pre-activation (emit.IN_BN_ARGS): the input is a batchnorm's (signed), the first C channels of a
+        NaN-poisoned NHWC buffer `preact` wide read in place, and the kernel applies relu(x * scale[c] + shift[c])
+        while staging, its zeros counted exactly once as with handoff."""
         from .executor import Epilogue, torch_dtype
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
         in_epi, in_zeros_expected, stored_ok = None, None, []
         if handoff:  # signed sums whose relu(x + shift) has about `sparsity` zeros; the reference sees that
             x, in_epi, x_eff = handoff_input(torch, x, gen, takes_input_residual({"steps": kernel.steps}))
+            in_zeros_expected = int((x_eff == 0).sum())
+        elif preact:
+            x, in_epi, x_eff = preact_input(torch, x, gen, preact)
             in_zeros_expected = int((x_eff == 0).sum())
         w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda")
         bias, residual, relu = [(True, True, True), (True, False, True), (True, False, False),
@@ -200,19 +224,23 @@ class KernelRunner:
         nan = sum(int(torch.isnan(o).sum()) for o in outs)
         nz = [int((o == 0).sum()) if count else 0 for o in outs]
         ok = (nan == 0 and max(errs) <= 1.0 and counted == nz and all(stored_ok) and all(zeroed) and all(others_nan)
-              and in_counted == ([in_zeros_expected] * 2 if handoff else []))
+              and in_counted == ([in_zeros_expected] * 2 if in_epi is not None else []))
         return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "bias": bias, "handoff": handoff,
+                "preact": preact,
                 "in_zeros": in_counted, "in_zeros_expected": in_zeros_expected, "stored_input_exact": stored_ok,
                 "zero_range_cleared": zeroed, "pitch": pitch, "others_untouched": others_nan,
                 "residual": residual, "relu": relu, "precision": kernel.precision, "err_over_allowed": max(errs),
                 "max_abs_err": max(float((o.double() - want).abs().max()) for o in outs), "max_abs_ref": scale, "nan": nan,
                 "zeros": counted, "zeros_expected": nz, "ok": ok}
 
-    def check_convs(self, cases, seed: int = 0, handoff: bool = False, sliced: bool = False) -> list[dict]:
+    def check_convs(self, cases, seed: int = 0, handoff: bool = False, sliced: bool = False,
+                    preact: bool = False) -> list[dict]:
         """cases: (EmittedKernel, shape, batch), compiled; sparsity drawn from 0.4-0.95 for each. handoff: the
         cases whose kernel takes its producer's epilogue (emit.IN_ARGS), checked with it. sliced: the cases whose
         kernel takes out_ld (emit.OUT_ARGS), each writing a concat buffer's slice (pitch N + 12), with bias + ReLU
-        where it fuses its epilogue and nothing where it is a split (what kernels.stores_slice allows)."""
+        where it fuses its epilogue and nothing where it is a split (what kernels.stores_slice allows). preact: the
+        cases whose kernel takes in_ld (emit.IN_BN_ARGS), each reading a pre-activation's input in place from a
+        buffer C rounded up to 4, plus 8, wide."""
         gen = self.torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
@@ -221,10 +249,13 @@ class KernelRunner:
                 continue
             if sliced and not takes_output_pitch({"steps": k.steps}):
                 continue
+            if preact and not takes_input_bn({"steps": k.steps}):
+                continue
             sparsity = 0.4 + 0.55 * float(self.torch.rand(1, generator=gen, device="cuda"))
             form = (1 if k.epilogue else 3) if sliced else i
             rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=form, handoff=handoff,
-                                        pitch=shape.N + 12 if sliced else 0))
+                                        pitch=shape.N + 12 if sliced else 0,
+                                        preact=-(-shape.C // 4) * 4 + 8 if preact else 0))
         return rows
 
     def check_epilogue(self, seed: int = 2) -> list[dict]:

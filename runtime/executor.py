@@ -19,7 +19,9 @@ The capture hook: runtime/graph.py records forward() into a CUDA graph through t
 Executor, and no others:
     forward(x, capture=cap)          cap.counters: the int64 zero counters the pass counts into (zeroed
                                      first); cap.conv(op, inp, epi, batch, counters, trace) -> output:
-                                     called for every eligible conv in place of the host read and dispatch
+                                     called for every eligible conv in place of the host read and dispatch;
+                                     cap.defer(op, inp, counters) -> bool: an epilogue op the graph leaves to
+                                     the conv that reads it (its value is then inp)
     ops, eligible, slots, convs, conv_op(name)    the program, read only
     prepare_sparse(conv, kernel)     make everything a launch of `kernel` for `conv` uses (weight layout,
                                      workspace, the bias epilogue's constants), so that one recorded in a
@@ -42,8 +44,8 @@ from snn.codegen.spec import Network
 from . import dispatch
 from .cuda import import_torch
 from .errors import RunError
-from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, launches_epilogue, output_pitch, stores_slice,
-                      takes_zero_range, uses_accumulator, workspace)
+from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, input_pitch, launches_epilogue, output_pitch,
+                      stores_slice, takes_zero_range, uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -72,13 +74,16 @@ class InputEpilogue:
     """A producer's epilogue its consumer applies while staging (emit.IN_ARGS): relu(sum + shift[c] (+ residual)),
     the zeros counted into counters[slot], the result stored into `out` where given (emit.IN_RES_ARGS: for the
     value's later readers). runtime/graph.py moves it there, where the producer is a channel split; `sums` is
-    the producer's raw sums, the consumer's real input."""
+    the producer's raw sums, the consumer's real input. With `scale` (emit.IN_BN_ARGS) it is a pre-activation's
+    batchnorm + ReLU instead, relu(x * scale[c] + shift[c]), and `sums` the batchnorm's input (a concat buffer's
+    first channels, read in place)."""
     shift: object
     counters: object = None
     slot: int | None = None
     residual: object = None
     out: object = None
     sums: object = None
+    scale: object = None
 
 
 @dataclass
@@ -127,6 +132,7 @@ class TorchBackend:
                     zero=None, zeroed=False) -> bool:
         F = self.torch.nn.functional
         output_pitch(name, kentry, out, epi, into, shape)   # a channel slice only where the kernel could write one
+        input_pitch(name, kentry, inp)                      # read at a pixel pitch only where the kernel could
         bufs = {"input": inp, "weight": weight, "output": out, ACCUMULATOR: out, **workspace}
         for step in kentry["steps"]:
             names = [step["buffer"]] if step["op"] == "memset" else step.get("args", [])
@@ -138,8 +144,10 @@ class TorchBackend:
             raise RunError(f"kernel '{name}' stores its own epilogue: it cannot leave it to its consumer")
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
         x = inp
-        if in_epi is not None:  # the producer's epilogue on its raw sums, its zeros counted
-            x = x + in_epi.shift.view(1, -1, 1, 1)
+        if in_epi is not None:  # the producer's epilogue on its raw sums (or a batchnorm's), its zeros counted
+            c = x.shape[1]
+            x = (x + in_epi.shift.view(1, c, 1, 1) if in_epi.scale is None
+                 else self.torch.addcmul(in_epi.shift.view(1, c, 1, 1), x, in_epi.scale.view(1, c, 1, 1)))
             if in_epi.residual is not None:
                 x = x + in_epi.residual
             x = x.relu()
@@ -362,12 +370,15 @@ class Executor:
                 if a["inplace"] or inp.dim() != 4:
                     inp = inp.contiguous(memory_format=cl)
                 # else: as it is (a concat chain's view, its pixels wider apart than its channels: the backend reads it)
-                res = env[a["residual"]].contiguous(memory_format=cl) if a["residual"] else None
-                out = inp if a["inplace"] else torch.empty_like(inp, memory_format=cl)
                 slot = a.get("slot")
-                be.epilogue(inp, a["scale"], a["shift"], res, out,
-                            counters if (count and slot is not None) else None, slot, a["relu"])
-                env[op.name] = out
+                cnt = counters if (count and slot is not None) else None
+                if capture is not None and capture.defer(op, inp, cnt):
+                    env[op.name] = inp   # its one reader, a conv, applies it as it stages inp (runtime/graph.py)
+                else:
+                    res = env[a["residual"]].contiguous(memory_format=cl) if a["residual"] else None
+                    out = inp if a["inplace"] else torch.empty_like(inp, memory_format=cl)
+                    be.epilogue(inp, a["scale"], a["shift"], res, out, cnt, slot, a["relu"])
+                    env[op.name] = out
             elif op.kind == "count":
                 if count:  # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
                     t = env[op.inputs[0]].contiguous(memory_format=cl)

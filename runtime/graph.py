@@ -16,7 +16,8 @@ cuGraphAddNode -> cuStreamUpdateCaptureDependencies) and each body is recorded w
 cuStreamBeginCaptureToGraph; torch (2.11) has no API for conditional nodes of its own.
 
 A static layer (one kernel at any sparsity) is plain nodes; where it is a split read only by a later static
-conv, it hands its epilogue to that conv (runtime/handoff.py).
+conv, it hands its epilogue to that conv (runtime/handoff.py), and a pre-activation (DenseNet's norm1) that only a
+static conv reads is applied by that conv as it stages the batchnorm's input.
 
 The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
 inside a forward pass; after a replay the branches and counters are copied back once for the trace.
@@ -36,7 +37,7 @@ from . import dispatch, handoff
 from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
-from .kernels import counter_ptr
+from .kernels import counter_ptr, pixel_pitch
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
@@ -209,6 +210,7 @@ class Capture:
         self.layers: list[_Layer] = []
         self.handoffs: dict[str, str] = {}   # producer conv -> the consumer that applies its epilogue (handoff.py)
         self.stored: set[str] = set()         # producers whose consumer also stores their value (in_out)
+        self.preacts: dict[str, str] = {}     # pre-activation epilogue -> the conv that applies it (handoff.py)
         self._cleared = False                 # a sums region was cleared on the side branch (joined at the end)
         self._pending: dict[str, InputEpilogue] = {}
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
@@ -224,6 +226,7 @@ class Capture:
             return
         fixed = {name: ex.cache.kernel(t.kernel(b)) for name, t in self.tables.items()
                  if (b := t.constant_branch()) is not None}
+        self.preacts = handoff.preactivations(ex.ops, ex.program.output, fixed)
         self.handoffs = handoff.plan(ex.ops, ex.program.output, fixed)
         self.stored = handoff.stored(ex.ops, self.handoffs)
         if self.handoffs:
@@ -251,6 +254,20 @@ class Capture:
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
     # -- during capture ----------------------------------------------------------------------------
+    def defer(self, op, inp, counters) -> bool:
+        """Whether the epilogue op (a pre-activation: batchnorm + ReLU, counted into `counters` where not None) is
+        left to the conv that reads it (handoff.preactivations), which then stages `inp` itself: no launch, and its
+        value is `inp`. Only where the kernel can read inp where it lies (whole 16-byte vectors at its pitch)."""
+        consumer = self.preacts.get(op.name)
+        ld = pixel_pitch(inp)
+        if consumer is None or ld is None or (ld != inp.shape[1] and (ld % 4 or inp.data_ptr() % 16)):
+            return False
+        a = op.attrs
+        slot = a.get("slot") if counters is not None else None
+        self._pending[consumer] = InputEpilogue(a["shift"], counters if slot is not None else None, slot,
+                                                sums=inp, scale=a["scale"])
+        return True
+
     def conv(self, op, inp, epi, B, counters, trace, target=None):
         """The conv's nodes; its output, in `target` (a concat buffer's channel slice, zeroed) where every kernel
         the layer may run writes it there (the dense branch copies into it then), else a new tensor."""
@@ -262,15 +279,15 @@ class Capture:
             trace.append(LayerTrace(conv.index, conv.name, None, "dense", None, None))
             return ex.dense_conv(op, inp, epi)
         cl = torch.channels_last
-        inp = inp.contiguous(memory_format=cl)
+        fixed = table.constant_branch()
+        # its producer's epilogue (or a pre-activation), applied while staging: only a fixed layer gets one
+        in_epi = self._pending.pop(op.name, None) if fixed is not None else None
+        # the producer's raw sums (its value may be stored here), or the batchnorm's input where it lies
+        inp = in_epi.sums if in_epi is not None else inp.contiguous(memory_format=cl)
         i = len(self.layers)
         slot = ex.slots[op.inputs[0]]
-        fixed = table.constant_branch()
         self.layers.append(_Layer(conv, slot, inp.numel(), table, fixed))
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
-            in_epi = self._pending.pop(op.name, None)   # its producer's epilogue, applied while staging
-            if in_epi is not None:
-                inp = in_epi.sums                       # the producer's raw sums (its value may be stored here)
             consumer = self.handoffs.get(op.name)
             N, P, Q = shape.N, shape.P, shape.Q
             region = None
@@ -301,7 +318,8 @@ class Capture:
                 cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero, zeroed=into)
             if cleared:
                 self.sums.cleared(span)
-            if in_epi is not None and self.sums.consumed(self._regions.pop(op.name)):
+            read = self._regions.pop(op.name, None)   # a handed-off producer's region (none for a pre-activation)
+            if read is not None and self.sums.consumed(read):
                 self._clear()          # read regions pile up: one fill beside the next convs
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return value

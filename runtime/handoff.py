@@ -5,7 +5,9 @@ bias (and residual), apply the ReLU and count the zeros. Where its output's firs
 kernel can take that epilogue while staging its input (emit.IN_ARGS: relu(sum + shift[c]), zeros counted by
 the block that owns each pixel; emit.IN_RES_ARGS where a residual is added or the value has later readers),
 the split adds its raw sums into a buffer of the graph's own and the launch is gone: ResNet's bottleneck
-conv1 -> conv2 -> conv3 -> the next block's conv1 and DenseNet's conv1 -> conv2 pairs. A value read again later
+conv1 -> conv2 -> conv3 -> the next block's conv1 and DenseNet's conv1 -> conv2 pairs. DenseNet's pre-activations
+(norm1's batchnorm + ReLU over the block's concat buffer) move the same way into the conv1 that alone reads them
+(`preactivations`: emit.IN_BN_ARGS, the buffer read in place at its pixel pitch). A value read again later
 (a ResNet block's output: the next block's residual, a downsample's input) is stored by the consumer as it
 stages it (in_out), so the later readers find it as they would after the producer's own epilogue.
 
@@ -24,7 +26,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from .kernels import takes_input_epilogue, takes_input_residual, uses_accumulator
+from .kernels import takes_input_bn, takes_input_epilogue, takes_input_residual, uses_accumulator
 
 ALIGN = 64  # floats: regions start 256-byte aligned (vector atomics and cp.async need 16)
 
@@ -59,6 +61,26 @@ def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
         if (ep.get("residual") or len(readers) > 1) and not takes_input_residual(kc):
             continue
         moves[op.name] = c.name
+    return moves
+
+
+def preactivations(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
+    """{pre-activation epilogue op: the conv that applies it while staging} (`fixed` as in `plan`): an epilogue of a
+    batchnorm's scale and shift and a ReLU (DenseNet's norm1 over its block's concat buffer), not in place, whose
+    value only a conv with a fixed kernel that takes emit.IN_BN_ARGS reads, as its input. That kernel reads the
+    batchnorm's input where it lies and counts the zeros; the epilogue's launch and its output tensor are gone."""
+    moves = {}
+    for op in ops:
+        a = op.attrs
+        if op.kind != "epilogue" or a.get("scale") is None or a.get("shift") is None or not a.get("relu") \
+                or a.get("residual") is not None or a.get("inplace") or op.name == output:
+            continue
+        readers = [o for o in ops if op.name in o.inputs]
+        if len(readers) != 1 or readers[0].kind != "conv" or readers[0].inputs != (op.name,):
+            continue
+        k = fixed.get(readers[0].name)
+        if k is not None and takes_input_bn(k):
+            moves[op.name] = readers[0].name
     return moves
 
 

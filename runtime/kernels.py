@@ -12,7 +12,9 @@
   its raw sums into `into` (zeroed, the caller's), with no epilogue launch; the consuming kernel gets
   `in_epi` (shift, counters, slot: emit.IN_ARGS; residual, out: emit.IN_RES_ARGS) and applies it while
   staging. `zero`: a range of the graph's sums buffer to clear in this conv's launches (emit.ZERO_ARGS in its
-  kernel, else snn_epilogue's zero range where it ends with one).
+  kernel, else snn_epilogue's zero range where it ends with one). A pre-activation's batchnorm + ReLU comes the
+  same way (in_epi.scale, emit.IN_BN_ARGS), its input then a concat buffer's first channels read in place
+  (`input_pitch`).
 - `out` may be the channel slice of a wider NHWC tensor (a concat chain's buffer, runtime/lower.py) where the
   kernel stores it itself (`stores_slice`: emit.OUT_ARGS, no epilogue launch, no residual); `zeroed` says it
   holds zeros already, so a split adds into it without a fill first.
@@ -30,7 +32,7 @@ _PTR, _I64, _I32 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int
 
 # launch arguments a kernel may name besides its buffers: the fused epilogue's (null or 0 when absent)
 OPTIONAL_ARGS = ("bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_res", "in_out", "zero",
-                 "zero_total", "out_ld")
+                 "zero_total", "out_ld", "in_scale", "in_ld")
 # the buffer a split kernel adds into (codegen/emit.py's ACCUMULATOR; a test holds them equal)
 ACCUMULATOR = "accumulator"
 
@@ -52,6 +54,12 @@ def takes_input_epilogue(kentry: dict) -> bool:
 def takes_input_residual(kentry: dict) -> bool:
     """The kernel can also add its producer's residual and store the finished input (emit.IN_RES_ARGS)."""
     return _names(kentry, "in_res")
+
+
+def takes_input_bn(kentry: dict) -> bool:
+    """The kernel reads its input at a pixel pitch it is given and can apply a batchnorm's scale while staging
+    (emit.IN_BN_ARGS): a pre-activation (batchnorm + ReLU) of a concat buffer's first channels, read in place."""
+    return _names(kentry, "in_scale")
 
 
 def takes_zero_range(kentry: dict) -> bool:
@@ -89,12 +97,32 @@ def output_pitch(name: str, kentry: dict, out, epi, into, shape=None) -> int:
     return ld
 
 
+def input_pitch(name: str, kentry: dict, inp) -> int:
+    """The pixel pitch the kernel reads its NHWC input at (an NCHW-shaped view): inp's own where the kernel takes one
+    (emit.IN_BN_ARGS: C for a dense input, more for the first channels of a wider one, then whole 16-byte vectors:
+    a multiple of 4 floats from a 16-byte-aligned start), else C; RunError where the kernel cannot read inp."""
+    c = inp.shape[1]
+    ld = pixel_pitch(inp)
+    if not takes_input_bn(kentry):
+        if ld is not None and ld != c:
+            raise RunError(f"kernel '{name}' reads a dense NHWC input (no in_ld argument), not one {ld} floats a pixel")
+        return c
+    if ld is None:
+        raise RunError(f"kernel '{name}' reads an NHWC input: its channels must be adjacent, its pixels evenly apart")
+    if ld != c and (ld % 4 or inp.data_ptr() % 16):
+        raise RunError(f"kernel '{name}': an input read at a pixel pitch must start 16-byte aligned, its pitch a "
+                       f"multiple of 4 (got {ld})")
+    return ld
+
+
 def check_input_epilogue(name: str, kentry: dict, in_epi) -> None:
     """RunError where the kernel cannot take the producer's epilogue it is given (either backend)."""
     if in_epi is None:
         return
     if not takes_input_epilogue(kentry):
         raise RunError(f"kernel '{name}' cannot apply its producer's epilogue (no in_shift argument)")
+    if in_epi.scale is not None and not takes_input_bn(kentry):
+        raise RunError(f"kernel '{name}' cannot apply a batchnorm's scale while staging (no in_scale argument)")
     if (in_epi.residual is not None or in_epi.out is not None) and not takes_input_residual(kentry):
         raise RunError(f"kernel '{name}' cannot add its producer's residual or store its input (no in_res argument)")
 
@@ -205,6 +233,7 @@ class CudaBackend:
         """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the
         kernel (emit.ZERO_ARGS) or its epilogue launch where one of them can: True then."""
         out_ld = output_pitch(name, kentry, out, epi, into, shape)
+        in_ld = input_pitch(name, kentry, inp)
         bufs = {"input": inp, "weight": weight, "output": out, **workspace}
         acc = None
         if into is not None:  # the raw sums for a consumer that applies the epilogue (`into` is zeroed)
@@ -222,7 +251,7 @@ class CudaBackend:
                 bufs[ACCUMULATOR] = self.torch.as_strided(acc, out.shape, out.stride())
         # the fused epilogue's arguments (emit.CONV_ARGS): null / 0 for what this conv does not have
         vals = {"bias": 0, "residual": 0, "zeros": 0, "relu": 0, "in_shift": 0, "in_zeros": 0, "in_res": 0, "in_out": 0,
-                "zero": 0, "zero_total": 0, "out_ld": out_ld}
+                "zero": 0, "zero_total": 0, "out_ld": out_ld, "in_scale": 0, "in_ld": in_ld}
         cleared = zero is not None and takes_zero_range(kentry)
         if cleared:
             if zero.numel() % 4 or zero.data_ptr() % 16:   # the kernel clears it in float4 stores
@@ -235,7 +264,8 @@ class CudaBackend:
                         zeros=counter_ptr(epi.counters, epi.slot))
         check_input_epilogue(name, kentry, in_epi)
         if in_epi is not None:
-            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
+            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot),
+                        in_scale=_ptr(in_epi.scale))
             if in_epi.residual is not None or in_epi.out is not None:
                 for t in (in_epi.residual, in_epi.out):   # the kernel indexes them as dense NHWC
                     if t is not None and pixel_pitch(t) != t.shape[1]:
@@ -254,7 +284,7 @@ class CudaBackend:
                     if a in bufs:
                         args.append((bufs[a].data_ptr(), _PTR))
                     elif a in vals:
-                        args.append((vals[a], _I32 if a in ("relu", "out_ld") else _I64 if a == "zero_total" else _PTR))
+                        args.append((vals[a], _I32 if a in ("relu", "out_ld", "in_ld") else _I64 if a == "zero_total" else _PTR))
                     else:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")

@@ -107,6 +107,20 @@ def concat_slice_cases() -> list[tuple]:
             for b in (1, 3)]
 
 
+def pre_activation_cases() -> list[tuple]:
+    """Kernels that read a pre-activation's input at a pitch and apply its batchnorm while staging (KernelConfig.in_bn):
+    DenseNet's conv1 shapes (1x1 into 128 channels; a transition's 1x1) as splits and direct stores, classic and
+    warp-tiled, a ragged C (scalar copies), a 3x3 warp-tiled one with a ragged chunk, batch 1 and 3."""
+    cases = [(ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 14, 16, 64, 2)),
+             (ConvShape(256, 128, 56, 56, 1, 1, (1, 1), (0, 0)), KernelConfig(2, 7, 32, 32, 4, 2, 2)),
+             (ConvShape(512, 128, 7, 7, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 512, 32, 4)),
+             (ConvShape(896, 448, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(2, 7, 64, 32, 4, 2, 2)),
+             (ConvShape(30, 40, 9, 11, 1, 1, (1, 1), (0, 0)), KernelConfig(3, 4, 30, 32, 1)),
+             (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2))]
+    return [(emit.render_sparse(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases
+            for b in (1, 3)]
+
+
 def sixteen_bit_cases() -> list[tuple]:
     """16-bit activations (BF16 and FP16; FP32 weights and sums): atomics into the FP32 accumulator and fused
     16-bit stores with a 16-bit residual, nt 1 (strided), 2, 4 and 8, cp.async tiles (C % 8 == 0) and plain

@@ -234,6 +234,31 @@ def test_out_ld_kernels_store_at_the_pixel_pitch_they_are_given():
             emit.render_sparse(S3, 1, cfg, precision)
 
 
+def test_in_bn_kernels_read_a_pre_activation_at_the_pitch_they_are_given():
+    """A config with in_bn (KernelConfig: planned for layers whose input is a pre-activation, spec.ConvLayer.bn_input)
+    takes in_scale and in_ld last (emit.IN_BN_ARGS): its input read at in_ld floats a pixel, each staged value
+    relu(fmaf(x, scale, shift)) (scale 1 where in_scale is null); its name says so (_bn). Without it the source is
+    as before, C a constant. Only input_epilogue kernels (stride 1, same size, no cluster, FP32) can have it."""
+    s1 = ConvShape(256, 128, 14, 14, 1, 1, (1, 1), (0, 0))
+    for shape, b, cfg, fma in ((s1, 1, KernelConfig(1, 14, 16, 64, 2), "fmaf(v, sc, t)"),     # classic split
+                               (S3, 8, KernelConfig(2, 2, 64, 32, 4, 2, 2), "fmaf(xw[pix * XSTR + cc], in_scale"),
+                               (s1, 1, KernelConfig(2, 7, 256, 32, 4, out_ld=True), "fmaf(v, sc, t)")):
+        bn = dataclasses.replace(cfg, in_bn=True)
+        k = emit.render_sparse(shape, b, bn)
+        assert k.name == cfg.name(shape, b).replace(f"_b{b}", f"_bn_b{b}") and k.steps[0]["args"][-2:] == emit.IN_BN_ARGS
+        assert "const float* __restrict__ in_scale, int in_ld)" in k.source and fma in k.source, k.name
+        assert "in_b = input + (size_t)b * H * W * in_ld;" in k.source
+        plain = emit.render_sparse(shape, b, cfg)
+        assert "in_ld" not in plain.source and "in_scale" not in plain.source
+        assert "in_b = input + (size_t)b * H * W * C;" in plain.source
+        assert KernelConfig.from_dict(bn.to_dict()) == bn and "in_bn" not in cfg.to_dict()
+    for shape, precision, cfg in ((S3, "bf16", KernelConfig(2, 2, 256, 64, 2, in_bn=True)),
+                                  (S3, "fp32", KernelConfig(2, 2, 64, 64, 4, cluster=True, in_bn=True)),
+                                  (ConvShape(64, 64, 14, 14, 3, 3, (2, 2), (1, 1)), "fp32", KernelConfig(2, 2, 16, 64, 1, in_bn=True))):
+        with pytest.raises(ValueError, match="in_bn"):
+            emit.render_sparse(shape, 1, cfg, precision)
+
+
 # ------------------------------------------------------------------ nvcc
 
 def _kernels():

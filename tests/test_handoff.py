@@ -1,26 +1,31 @@
-"""Epilogue hand-off (runtime/handoff.py) on the CPU: which splits hand their epilogue to the next conv, the
-sums buffer's bookkeeping, and a captured pass (graph.Capture with the CPU stand-ins of test_graph_torch.py)
+"""Epilogue hand-off (runtime/handoff.py) on the CPU: which splits hand their epilogue to the next conv and which
+pre-activations move into the conv that reads them, the sums buffer's bookkeeping, and a captured pass (graph.Capture with the CPU stand-ins of test_graph_torch.py)
 whose handed-off epilogues the TorchBackend emulation applies in the consumer. Skips without torch."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from snn.codegen.spec import parse_spec  # noqa: E402
 from snn.runtime import executor, handoff, weights  # noqa: E402
+from snn.runtime.kernels import pixel_pitch  # noqa: E402
 from test_graph_torch import CpuCapture, Runner  # noqa: E402
+from test_lower import dense_yaml  # noqa: E402
 from test_runtime_torch import fake_cache, rel_err, tiny  # noqa: E402,F401
 
 SPLIT_ARGS = ["input", "weight", "accumulator", "bias", "residual", "zeros", "relu"]
 
 
-def split_cache(net, in_args=True, static=True, in_res=False, zero=False):
+def split_cache(net, in_args=True, static=True, in_res=False, zero=False, bn=False):
     """Every kernel a channel split (adds into the accumulator) that takes its producer's epilogue (in_args; its
-    residual and a store of the finished input with in_res; a range to zero with zero), every layer static (one
-    kernel at any sparsity: no decision in the graph)."""
+    residual and a store of the finished input with in_res; a range to zero with zero; a pre-activation's scale
+    and its input's pixel pitch with bn), every layer static (one kernel at any sparsity: no decision in the
+    graph)."""
     cache = fake_cache(net, threshold=0.4)
     for k in cache.data["kernels"].values():
         k["steps"] = [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0,
                        "args": SPLIT_ARGS + (["in_shift", "in_zeros"] if in_args else [])
-                       + (["in_res", "in_out"] if in_res else []) + (["zero", "zero_total"] if zero else [])}]
+                       + (["in_res", "in_out"] if in_res else []) + (["zero", "zero_total"] if zero else [])
+                       + (["in_scale", "in_ld"] if bn else [])}]
     if static:
         for c in net.convs:
             entry = cache.layer_entry(c.name, 2)
@@ -121,6 +126,62 @@ def test_no_handoff_without_the_kernel_arguments_or_a_fixed_kernel(tiny, monkeyp
     monkeypatch.setenv("SNN_HANDOFF", "0")
     _, cap, _ = capture(tiny, split_cache(tiny), x, sd)
     assert cap.handoffs == {}
+
+
+class PreactRecorder(executor.TorchBackend):
+    """Records, per conv kernel given a pre-activation (in_epi.scale), the pixel pitch of the input it read."""
+
+    def __init__(self):
+        super().__init__()
+        self.preact = {}
+
+    def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
+                    zero=None, zeroed=False):
+        if in_epi is not None and in_epi.scale is not None:
+            self.preact[name.rsplit("_l", 1)[0].removeprefix("sconv_")] = pixel_pitch(inp)
+        return super().sparse_conv(name, kentry, inp, weight, out, workspace, shape, epi, in_epi, into, zero, zeroed)
+
+
+@pytest.mark.parametrize("growth", [4, 6])
+def test_a_pre_activation_is_staged_by_its_conv(growth):
+    """DenseNet's norm1 (and a transition's norm): with kernels that take in_bn (emit.IN_BN_ARGS), each batchnorm +
+    ReLU read by one static conv is applied by that conv as it stages the block's buffer in place: no epilogue of its
+    own, the conv's input the buffer's first channels at its pitch. A pitch the kernel cannot read in whole 16-byte
+    vectors (26 floats, growth 6) keeps the epilogue. Logits as float64's, sparsities as the eager pass counts them."""
+    net = parse_spec(dense_yaml(growth), "dense.yaml")
+    sd = weights.random_init(net, seed=6)
+    x = torch.randn(2, 3, 12, 12)
+    cache = split_cache(net, bn=True)
+    be = PreactRecorder()
+    ex = executor.Executor(net, sd, be, cache, device="cpu", force="auto")
+    cap = CpuCapture(Runner(ex), 2)
+    cap.bodies = []
+    y = ex.forward(x, capture=cap)
+    cap.finish()
+    total = 8 + 3 * growth
+    assert cap.preacts == {"l1.relu1": "l1.conv1", "l2.relu1": "l2.conv1", "l3.relu1": "l3.conv1", "t.relu": "t.conv"}
+    staged = {"l1.conv1": 8, "t.conv": total} if growth == 6 else \
+        {"l1.conv1": 8, "l2.conv1": total, "l3.conv1": total, "t.conv": total}
+    assert be.preact == staged
+    assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    graph = {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None}
+    eager = executor.Executor(net, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    eager.forward(x)
+    assert graph == {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
+    assert all(0 < graph[c] < 1 for c in staged)
+
+
+def test_no_pre_activation_move_without_in_bn_or_a_fixed_kernel(monkeypatch):
+    net = parse_spec(dense_yaml(4), "dense.yaml")
+    sd = weights.random_init(net, seed=6)
+    x = torch.randn(2, 3, 12, 12)
+    for cache in (split_cache(net), split_cache(net, bn=True, static=False)):
+        _, cap, y = capture(net, cache, x, sd)
+        assert cap.preacts == {}
+        assert rel_err(y, executor.reference(net, sd, x.double())) < 1e-5
+    monkeypatch.setenv("SNN_HANDOFF", "0")
+    _, cap, _ = capture(net, split_cache(net, bn=True), x, sd)
+    assert cap.preacts == {}
 
 
 def test_a_sums_buffer_not_zeroed_shows_in_the_logits(tiny, monkeypatch):

@@ -96,7 +96,17 @@ def test_layout_round_trip():
 
 
 # A dense block of three layers and its transition: each layer's concat extends the one before
-DENSE = """
+def dense_yaml(growth: int = 6) -> str:
+    total = 8 + 3 * growth
+    layers = "".join(f"""  - {{name: l{i}.cat, op: concat, inputs: [pool0{''.join(f', l{j}.conv2' for j in range(1, i))}]}}
+  - {{name: l{i}.norm1, op: batchnorm, input: l{i}.cat, channels: {8 + growth * (i - 1)}, param: l{i}.norm1}}
+  - {{name: l{i}.relu1, op: relu, input: l{i}.norm1}}
+  - {{name: l{i}.conv1, op: conv, input: l{i}.relu1, in_channels: {8 + growth * (i - 1)}, out_channels: 16, kernel: 1, param: l{i}.conv1}}
+  - {{name: l{i}.norm2, op: batchnorm, input: l{i}.conv1, channels: 16, param: l{i}.norm2}}
+  - {{name: l{i}.relu2, op: relu, input: l{i}.norm2}}
+  - {{name: l{i}.conv2, op: conv, input: l{i}.relu2, in_channels: 16, out_channels: {growth}, kernel: 3, padding: 1, param: l{i}.conv2}}
+""" for i in (1, 2, 3)).replace("  - {name: l1.cat, op: concat, inputs: [pool0]}\n", "").replace("input: l1.cat,", "input: pool0,")
+    return """
 name: dense
 input: {name: image, shape: [3, 12, 12]}
 nodes:
@@ -104,23 +114,18 @@ nodes:
   - {name: norm0, op: batchnorm, input: conv0, channels: 8, param: norm0}
   - {name: relu0, op: relu, input: norm0}
   - {name: pool0, op: maxpool, input: relu0, kernel: 2, stride: 2}
-""" + "".join(f"""  - {{name: l{i}.cat, op: concat, inputs: [pool0{''.join(f', l{j}.conv2' for j in range(1, i))}]}}
-  - {{name: l{i}.norm1, op: batchnorm, input: l{i}.cat, channels: {8 + 6 * (i - 1)}, param: l{i}.norm1}}
-  - {{name: l{i}.relu1, op: relu, input: l{i}.norm1}}
-  - {{name: l{i}.conv1, op: conv, input: l{i}.relu1, in_channels: {8 + 6 * (i - 1)}, out_channels: 16, kernel: 1, param: l{i}.conv1}}
-  - {{name: l{i}.norm2, op: batchnorm, input: l{i}.conv1, channels: 16, param: l{i}.norm2}}
-  - {{name: l{i}.relu2, op: relu, input: l{i}.norm2}}
-  - {{name: l{i}.conv2, op: conv, input: l{i}.relu2, in_channels: 16, out_channels: 6, kernel: 3, padding: 1, param: l{i}.conv2}}
-""" for i in (1, 2, 3)).replace("  - {name: l1.cat, op: concat, inputs: [pool0]}\n", "").replace(
-    "input: l1.cat,", "input: pool0,") + """  - {name: block.cat, op: concat, inputs: [pool0, l1.conv2, l2.conv2, l3.conv2]}
-  - {name: t.norm, op: batchnorm, input: block.cat, channels: 26, param: t.norm}
-  - {name: t.relu, op: relu, input: t.norm}
-  - {name: t.conv, op: conv, input: t.relu, in_channels: 26, out_channels: 8, kernel: 1, param: t.conv}
-  - {name: t.pool, op: avgpool, input: t.conv, kernel: 2, stride: 2}
-  - {name: gap, op: global_avgpool, input: t.pool}
-  - {name: flat, op: flatten, input: gap}
-  - {name: fc, op: linear, input: flat, in_features: 8, out_features: 5, param: fc}
+""" + layers + f"""  - {{name: block.cat, op: concat, inputs: [pool0, l1.conv2, l2.conv2, l3.conv2]}}
+  - {{name: t.norm, op: batchnorm, input: block.cat, channels: {total}, param: t.norm}}
+  - {{name: t.relu, op: relu, input: t.norm}}
+  - {{name: t.conv, op: conv, input: t.relu, in_channels: {total}, out_channels: 8, kernel: 1, param: t.conv}}
+  - {{name: t.pool, op: avgpool, input: t.conv, kernel: 2, stride: 2}}
+  - {{name: gap, op: global_avgpool, input: t.pool}}
+  - {{name: flat, op: flatten, input: gap}}
+  - {{name: fc, op: linear, input: flat, in_features: 8, out_features: 5, param: fc}}
 """
+
+
+DENSE = dense_yaml()
 
 
 def test_a_dense_block_shares_one_buffer():

@@ -60,6 +60,26 @@ def test_identical_shapes_are_planned_once(monkeypatch):
     assert set(plan.layers[0].choices) == {0.5, 0.8}
 
 
+def test_pre_activated_layers_get_kernels_that_stage_the_batchnorm():
+    """DenseNet's conv1 and transition convs (their input a batchnorm + ReLU of a concat: spec.ConvLayer.bn_input)
+    are planned with in_bn kernels (not clusters), predicted alike; a ResNet's convs (batchnorms folded into the conv
+    before) and DenseNet's conv2 are not."""
+    net = load_spec("densenet121")
+    bn = {c.name for c in net.convs if c.bn_input}
+    assert bn == {c.name for c in net.convs if c.name.endswith(".conv1") or ".transition" in c.name}
+    assert len(bn) == 58 + 3
+    assert not any(c.bn_input for c in load_spec("resnet50").convs)
+    plan = plan_network(net, H100, 8, (0.5, 0.8))
+    for lp in plan.layers:
+        for ch in lp.choices.values():
+            assert all(cfg.in_bn == (lp.layer.bn_input and not cfg.cluster) for cfg, _ in ch.candidates()), lp.layer.name
+    conv1 = next(lp for lp in plan.layers if lp.layer.bn_input)
+    plain = plan_shape(conv1.layer.shape, H100, 8, (0.5, 0.8))
+    for level, ch in conv1.choices.items():
+        assert ch.predicted_us == plain[level].predicted_us
+        assert ch.config == dataclasses.replace(plain[level].config, in_bn=not plain[level].config.cluster)
+
+
 def test_layers_only_concats_read_get_kernels_that_store_at_a_pitch():
     """DenseNet's conv2 (read only by its block's concats) is planned with out_ld kernels (KernelConfig.out_ld:
     the same tiles, their names ending _ld), predicted alike; every other conv, and every ResNet conv, is not."""

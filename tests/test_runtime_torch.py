@@ -317,6 +317,41 @@ def test_cuda_backend_writes_a_concat_slice_at_its_pitch(tiny):
     assert len(dev.calls) == n
 
 
+def test_cuda_backend_stages_a_pre_activation_read_at_its_pitch(tiny):
+    """A kernel taking in_bn's arguments (emit.IN_BN_ARGS) gets the batchnorm's scale and its input's pixel pitch: the
+    buffer's width for its first channels, C for a dense input (null scale without a pre-activation). A wider input
+    is refused, in one line, to a kernel without in_ld, or at a pitch that is no whole number of 16-byte vectors;
+    a scale to a kernel without in_scale."""
+    dev = RecordingDevice()
+    cache = fake_cache(tiny)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    be = CudaBackend(dev, cache)
+    args = ["input", "weight", "output", "bias", "residual", "zeros", "relu", "in_shift", "in_zeros", "in_scale", "in_ld"]
+    k = {"cubin": "/k.cubin", "epilogue": True, "steps": [{"op": "launch", "function": "f", "grid": [1, 1, 1],
+         "block": [32, 1, 1], "args": args}]}
+    buf = torch.ones(2, 20, 4, 4).contiguous(memory_format=torch.channels_last)
+    w, out = torch.ones(8, 1, 1, 8), torch.zeros(2, 8, 4, 4).contiguous(memory_format=torch.channels_last)
+    counters = torch.zeros(3, dtype=torch.int64)
+    scale, shift = torch.ones(12), torch.zeros(12)
+    pre = executor.InputEpilogue(shift, counters, 2, scale=scale)
+    be.sparse_conv("k", k, buf[:, :12], w, out, {}, None, None, pre)
+    kargs = dev.calls[-1][5]
+    assert kargs[0][0] == buf.data_ptr() and kargs[-2:] == [(scale.data_ptr(), ctypes.c_void_p), (20, ctypes.c_int)]
+    assert kargs[-3] == (counters.data_ptr() + 16, ctypes.c_void_p) and kargs[-4] == (shift.data_ptr(), ctypes.c_void_p)
+    be.sparse_conv("k", k, buf[:, :12].contiguous(memory_format=torch.channels_last), w, out, {}, None, None)
+    assert dev.calls[-1][5][-2:] == [(0, ctypes.c_void_p), (12, ctypes.c_int)]
+    n = len(dev.calls)
+    no_bn = dict(k, steps=[dict(k["steps"][0], args=args[:-2])])
+    odd = torch.ones(2, 22, 4, 4).contiguous(memory_format=torch.channels_last)[:, :12]
+    for kk, inp, in_epi, msg in ((no_bn, buf[:, :12], None, "reads a dense NHWC input \\(no in_ld argument\\)"),
+                                 (k, odd, None, "a multiple of 4 \\(got 22\\)"),
+                                 (no_bn, buf[:, :12].contiguous(memory_format=torch.channels_last), pre,
+                                  "no in_scale argument")):
+        with pytest.raises(RunError, match=f"kernel 'k'.*{msg}"):
+            be.sparse_conv("k", kk, inp, w, out, {}, None, None, in_epi)
+    assert len(dev.calls) == n
+
+
 def test_cuda_backend_launches_programmatically_only_what_the_manifest_marks(tiny):
     """A kernel whose manifest step (or epilogue entry) says "pdl" waits for its predecessor itself and may be
     launched as a programmatic dependent; one without the mark (a bundle built before the wait) may not."""

@@ -203,22 +203,25 @@ def plan_network(net: Network, gpu: GPU, batch: int, levels: Iterable[float] | s
             why = f"it is grouped ({c.groups} groups)" if c.groups > 1 else f"its input '{c.input}' is no ReLU output"
             raise UserError(f"{net.path}: conv layer '{c.name}' always runs dense: {why}")
         convs = [by_name[n] for n in dict.fromkeys(wanted)]
-    cache: dict[tuple[ConvShape, bool], dict[float, Choice]] = {}
+    cache: dict[tuple[ConvShape, bool, bool], dict[float, Choice]] = {}
     planned = []
     for c in convs:
-        if (c.shape, False) not in cache:
-            cache[c.shape, False] = plan_shape(c.shape, gpu, batch, lv, model, candidates)
-        if c.into_concat and (c.shape, True) not in cache:
-            cache[c.shape, True] = {lv_: _pitched(ch) for lv_, ch in cache[c.shape, False].items()}
-        planned.append(LayerPlan(c, cache[c.shape, c.into_concat]))
+        plain = (c.shape, False, False)
+        if plain not in cache:
+            cache[plain] = plan_shape(c.shape, gpu, batch, lv, model, candidates)
+        key = (c.shape, c.into_concat, c.bn_input)
+        if key not in cache:
+            cache[key] = {lv_: _pitched(ch, c.into_concat, c.bn_input) for lv_, ch in cache[plain].items()}
+        planned.append(LayerPlan(c, cache[key]))
     return Plan(net.name, gpu, batch, lv, model, tuple(planned))
 
 
-def _pitched(ch: Choice) -> Choice:
-    """The same choice, its kernels storing at a pitch they are given (KernelConfig.out_ld: a concat's buffer) where
-    they can (not a cluster's); the cost model prices them alike (the same bytes are stored)."""
+def _pitched(ch: Choice, out_ld: bool, in_bn: bool) -> Choice:
+    """The same choice, its kernels (not a cluster's) storing at a pitch they are given (KernelConfig.out_ld: a
+    concat's buffer) and reading a pre-activation's input at one (KernelConfig.in_bn); the cost model prices them
+    alike (the same bytes are moved; the staging's scale, shift and ReLU are a few instructions per value)."""
     def one(cfg):
-        return cfg if cfg.cluster else dataclasses.replace(cfg, out_ld=True)
+        return cfg if cfg.cluster else dataclasses.replace(cfg, out_ld=out_ld, in_bn=in_bn)
     return Choice(one(ch.config), ch.predicted_us, tuple(Choice(one(a.config), a.predicted_us) for a in ch.alternatives))
 
 

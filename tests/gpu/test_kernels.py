@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
-from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, sixteen_bit_cases,  # noqa: E402
+from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, pre_activation_cases, sixteen_bit_cases,  # noqa: E402
                           warp_tiled_cases)
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
@@ -66,6 +66,20 @@ def test_kernels_write_a_concat_slice(runner):
     assert not bad, bad
     rows = runner.check_convs(cases, seed=2, sliced=True)
     assert len(rows) == len(cases) and any("_w" in r["kernel"] for r in rows) and {r["relu"] for r in rows} == {True, False}
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:5]
+
+
+def test_kernels_apply_a_pre_activation(runner):
+    """Kernels that take in_bn (emit.IN_BN_ARGS), classic and warp-tiled, splits and fused stores: a batchnorm's
+    signed input read in place as the first C channels of a NaN-poisoned wider buffer, relu(x * scale + shift)
+    applied while staging (negative scales too), its zeros counted exactly once; and, without a scale, a producer's
+    raw sums as any hand-off kernel (relu(x + shift))."""
+    cases = pre_activation_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    rows = runner.check_convs(cases, seed=3, preact=True) + runner.check_convs(cases, seed=4, handoff=True)
+    assert len(rows) == 2 * len(cases) and any("_w" in r["kernel"] for r in rows)
     wrong = [r for r in rows if not r["ok"]]
     assert not wrong, wrong[:5]
 
