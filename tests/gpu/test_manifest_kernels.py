@@ -2,7 +2,8 @@
 $SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at sparsity 0.4-0.95, output
 poisoned with NaN first, relative error < 1e-5; a kernel that fuses its epilogue with it (bias, residual,
 ReLU, and its zero count exact), every other kernel that takes a producer's epilogue (emit.IN_ARGS) on raw
-sums with it (its count of the staged zeros exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
+sums with it and every other one that takes a pre-activation (emit.IN_BN_ARGS) on a batchnorm's input read in
+place from a wider buffer (its count of the staged zeros exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
@@ -18,10 +19,11 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from snn.codegen import bundle  # noqa: E402
-from snn.runtime.check import handoff_input  # noqa: E402
+from snn.runtime.check import handoff_input, preact_input  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue  # noqa: E402
-from snn.runtime.kernels import CudaBackend, takes_input_epilogue, takes_input_residual, takes_zero_range, workspace  # noqa: E402
+from snn.runtime.kernels import (CudaBackend, takes_input_bn, takes_input_epilogue, takes_input_residual,  # noqa: E402
+                                 takes_zero_range, workspace)
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -70,7 +72,11 @@ def test_every_kernel_matches_float64(path):
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC
         w32 = to_layout(w64.float(), k["weight_layout"])
         in_epi = None
-        if takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift (+ res))
+        if takes_input_bn(k) and i % 2 == 0:  # a pre-activation: a batchnorm's input read in place from a wider buffer
+            x32, in_epi, finished = preact_input(torch, x32, gen, -(-s["C"] // 4) * 4 + 8)
+            x64 = finished.permute(0, 3, 1, 2).double()   # relu(x * scale + shift) rounded as the kernel's
+            in_zeros = int((x64 == 0).sum())
+        elif takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift (+ res))
             x32, in_epi, finished = handoff_input(torch, x32, gen, takes_input_residual(k))
             x64 = finished.permute(0, 3, 1, 2).double()   # the sum rounded as the kernel's
             in_zeros = int((x64 == 0).sum())
@@ -97,7 +103,8 @@ def test_every_kernel_matches_float64(path):
             # a hand-off kernel also clears a range it is given (a read region of the graph's sums buffer)
             zero = (torch.rand(4096, generator=gen, device="cuda") + 1
                     if in_epi is not None and takes_zero_range(k) else None)
-            backend.sparse_conv(name, k, x32, w32, out, ws, None, epi, in_epi, zero=zero)
+            # NHWC input as the NCHW-shaped view the runtime passes (its pixel pitch read from it)
+            backend.sparse_conv(name, k, x32.permute(0, 3, 1, 2), w32, out, ws, None, epi, in_epi, zero=zero)
             torch.cuda.synchronize()
             assert zero is None or not bool(zero.any()), f"{name}: the range to zero was not cleared"
             if in_epi is not None:
@@ -105,7 +112,8 @@ def test_every_kernel_matches_float64(path):
                 assert got == in_zeros, f"{name}: counted {got} zeros in its staged input, there are {in_zeros}"
                 if in_epi.out is not None:
                     assert torch.equal(in_epi.out.permute(0, 2, 3, 1), finished), f"{name}: stored input wrong"
-                form += ("+handoff+residual" if in_epi.out is not None else "+handoff") if rep == 0 else ""
+                form += ("+preact" if in_epi.scale is not None else "+handoff+residual" if in_epi.out is not None
+                         else "+handoff") if rep == 0 else ""
             assert not torch.isnan(out).any(), f"{name}: outputs left unwritten (run {rep + 1})"
             err = ((out.double() - ref).norm() / ref.norm()).item()
             assert err < 1e-5, f"{name} ({form}): relative error {err:.2e} at sparsity {sparsity:.2f} (run {rep + 1})"
