@@ -6,7 +6,8 @@
   kernel adds the bias (+ residual), applies the ReLU and counts the zeros it writes as it stores (the
   cuDNN path: one `snn_epilogue` launch in place after it); the ReLU's value is an `alias` of the conv's;
 - a batchnorm not after a conv (DenseNet's pre-activation norm1/norm/norm5) + ReLU becomes one
-  epilogue with the BN's scale/shift, written to a new tensor (the input lives on in later concats);
+  epilogue with the BN's scale/shift, written to a new tensor (the input lives on in later concats; in a CUDA
+  graph the one static conv that reads it may apply it instead: runtime/handoff.py's preactivations);
 - every other node (pooling, concat, flatten, linear, a relu after a linear) is one op of its own;
 - a chain of concats each of which extends the one before (DenseNet's block: cat(x0, y1), cat(x0, y1, y2), ...)
   shares one buffer as wide as its last: each op copies only its new inputs into their channel slices, and its
