@@ -259,7 +259,7 @@ def _kernel(name: str, src: str, g: dict, batch: int, block: list[int], precisio
     split = g["TILES_C"] > 1 and not g["CLUSTER"]
     args = ([ACCUMULATOR if a == "output" and split else a for a in CONV_ARGS] + (IN_ARGS if g["IN_EPI"] else [])
             + (IN_RES_ARGS if g["IN_RES"] else []) + (ZERO_ARGS if g["IN_EPI"] else []) + (OUT_ARGS if g["OUT_LD"] else [])
-            + (IN_BN_ARGS if g.get("IN_BN") else []))
+            + (IN_BN_ARGS if g["IN_BN"] else []))
     steps = [{"op": "launch", "function": name,
               "grid": [g["TILES_H"] * g["TILES_W"], g["TILES_N"] * g["TILES_C"], batch],
               "block": block, "smem": g["SMEM"], "args": args, "pdl": PDL}]

@@ -47,11 +47,16 @@ def relu_input(torch, shape_bhwc, sparsity: float, gen):
     return x.contiguous()
 
 
+def signed(torch, x, gen):
+    """x where it is positive, a clearly negative value (in (-1.2, -0.2]) where it is zero: what a ReLU turns into x."""
+    return torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2)
+
+
 def raw_sums(torch, x, gen):
     """A producer's raw sums for a hand-off check: signed values whose relu(sums + shift) is zero where x is,
     the shift, and relu(sums + shift) rounded as the kernel computes it (one FP32 add)."""
     shift = torch.randn(x.shape[-1], generator=gen, device="cuda") * 0.1
-    raw = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2) - shift
+    raw = signed(torch, x, gen) - shift
     return raw, shift, (raw + shift).clamp_min(0)
 
 
@@ -72,6 +77,12 @@ def handoff_input(torch, x, gen, residual: bool):
     return raw, InputEpilogue(shift, counters, 0, res.permute(0, 3, 1, 2), stored.permute(0, 3, 1, 2)), done
 
 
+def preact_pitch(c: int) -> int:
+    """The width of the buffer a pre-activation check reads its C channels from: C rounded up to whole 16-byte
+    vectors, plus two more (NaN, so a stray read shows)."""
+    return -(-c // 4) * 4 + 8
+
+
 def preact_input(torch, x, gen, pitch: int):
     """A pre-activation for a check on NHWC x (emit.IN_BN_ARGS): (the batchnorm's input, signed, as the first C
     channels of a NaN-poisoned NHWC buffer `pitch` wide; the executor.InputEpilogue with a signed scale and a
@@ -81,7 +92,7 @@ def preact_input(torch, x, gen, pitch: int):
     scale = (torch.rand(c, generator=gen, device="cuda") + 0.5) * torch.where(
         torch.rand(c, generator=gen, device="cuda") < 0.3, -1.0, 1.0)
     shift = torch.randn(c, generator=gen, device="cuda") * 0.1
-    y = torch.where(x > 0, x, -torch.rand(x.shape, generator=gen, device="cuda") - 0.2)
+    y = signed(torch, x, gen)
     buf = torch.full((*x.shape[:-1], pitch), float("nan"), device="cuda")
     z = buf[..., :c]
     z.copy_((y - shift) / scale)
@@ -240,7 +251,7 @@ class KernelRunner:
         kernel takes out_ld (emit.OUT_ARGS), each writing a concat buffer's slice (pitch N + 12), with bias + ReLU
         where it fuses its epilogue and nothing where it is a split (what kernels.stores_slice allows). preact: the
         cases whose kernel takes in_ld (emit.IN_BN_ARGS), each reading a pre-activation's input in place from a
-        buffer C rounded up to 4, plus 8, wide."""
+        wider buffer (`preact_pitch`)."""
         gen = self.torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
@@ -255,7 +266,7 @@ class KernelRunner:
             form = (1 if k.epilogue else 3) if sliced else i
             rows.append(self.check_conv(k, shape, batch, sparsity, gen, form=form, handoff=handoff,
                                         pitch=shape.N + 12 if sliced else 0,
-                                        preact=-(-shape.C // 4) * 4 + 8 if preact else 0))
+                                        preact=preact_pitch(shape.C) if preact else 0))
         return rows
 
     def check_epilogue(self, seed: int = 2) -> list[dict]:

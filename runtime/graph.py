@@ -37,7 +37,7 @@ from . import dispatch, handoff
 from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
-from .kernels import counter_ptr, pixel_pitch
+from .kernels import counter_ptr, in_place_pitch, pixel_pitch
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
@@ -260,7 +260,7 @@ class Capture:
         value is `inp`. Only where the kernel can read inp where it lies (whole 16-byte vectors at its pitch)."""
         consumer = self.preacts.get(op.name)
         ld = pixel_pitch(inp)
-        if consumer is None or ld is None or (ld != inp.shape[1] and (ld % 4 or inp.data_ptr() % 16)):
+        if consumer is None or ld is None or not in_place_pitch(inp, ld):
             return False
         a = op.attrs
         slot = a.get("slot") if counters is not None else None

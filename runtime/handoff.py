@@ -75,7 +75,7 @@ def preactivations(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
         if op.kind != "epilogue" or a.get("scale") is None or a.get("shift") is None or not a.get("relu") \
                 or a.get("residual") is not None or a.get("inplace") or op.name == output:
             continue
-        readers = [o for o in ops if op.name in o.inputs]
+        _, readers = _readers(ops, op.name, {})
         if len(readers) != 1 or readers[0].kind != "conv" or readers[0].inputs != (op.name,):
             continue
         k = fixed.get(readers[0].name)

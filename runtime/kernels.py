@@ -97,6 +97,12 @@ def output_pitch(name: str, kentry: dict, out, epi, into, shape=None) -> int:
     return ld
 
 
+def in_place_pitch(inp, ld: int) -> bool:
+    """Whether a kernel that takes in_ld (emit.IN_BN_ARGS) can read inp at its pixel pitch ld where it lies: a dense
+    input, or whole 16-byte vectors (a multiple of 4 floats from a 16-byte-aligned start), as its copies need."""
+    return ld == inp.shape[1] or (ld % 4 == 0 and inp.data_ptr() % 16 == 0)
+
+
 def input_pitch(name: str, kentry: dict, inp) -> int:
     """The pixel pitch the kernel reads its NHWC input at (an NCHW-shaped view): inp's own where the kernel takes one
     (emit.IN_BN_ARGS: C for a dense input, more for the first channels of a wider one, then whole 16-byte vectors:
@@ -109,7 +115,7 @@ def input_pitch(name: str, kentry: dict, inp) -> int:
         return c
     if ld is None:
         raise RunError(f"kernel '{name}' reads an NHWC input: its channels must be adjacent, its pixels evenly apart")
-    if ld != c and (ld % 4 or inp.data_ptr() % 16):
+    if not in_place_pitch(inp, ld):
         raise RunError(f"kernel '{name}': an input read at a pixel pitch must start 16-byte aligned, its pitch a "
                        f"multiple of 4 (got {ld})")
     return ld

@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from snn.codegen import bundle  # noqa: E402
-from snn.runtime.check import handoff_input, preact_input  # noqa: E402
+from snn.runtime.check import handoff_input, preact_input, preact_pitch  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue  # noqa: E402
 from snn.runtime.kernels import (CudaBackend, takes_input_bn, takes_input_epilogue, takes_input_residual,  # noqa: E402
@@ -73,7 +73,7 @@ def test_every_kernel_matches_float64(path):
         w32 = to_layout(w64.float(), k["weight_layout"])
         in_epi = None
         if takes_input_bn(k) and i % 2 == 0:  # a pre-activation: a batchnorm's input read in place from a wider buffer
-            x32, in_epi, finished = preact_input(torch, x32, gen, -(-s["C"] // 4) * 4 + 8)
+            x32, in_epi, finished = preact_input(torch, x32, gen, preact_pitch(s["C"]))
             x64 = finished.permute(0, 3, 1, 2).double()   # relu(x * scale + shift) rounded as the kernel's
             in_zeros = int((x64 == 0).sum())
         elif takes_input_epilogue(k) and i % 2:  # a producer's raw sums: the kernel stages relu(x + shift (+ res))
