@@ -31,11 +31,12 @@ Executor, and no others:
     stores_slice(kernel, epi)        whether that launch can write a concat buffer's channel slice as `out`
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
-    last_trace                       replaced by the graph's trace after each replay
+    last_trace                       replaced after each replay by the graph's trace, read back on first access
 """
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from snn.codegen.bundle import PRECISIONS  # the precisions a bundle records; the executor runs each
@@ -218,7 +219,21 @@ class Executor:
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
         self._workspace_cache: dict[str, dict] = {}
-        self.last_trace: list[LayerTrace] = []
+        self._last_trace: list[LayerTrace] | Callable[[], list[LayerTrace]] = []
+
+    @property
+    def last_trace(self) -> list[LayerTrace]:
+        """Per conv layer of the last forward pass: measured input sparsity, path taken, kernel. After a graph
+        replay it is read back from the device here, on first access, not by every call (a sync and a pass over
+        the layers that a caller timing the network or not reading the trace should not pay)."""
+        if callable(self._last_trace):
+            self._last_trace = self._last_trace()
+        return self._last_trace
+
+    @last_trace.setter
+    def last_trace(self, trace) -> None:
+        """A list, or a function that makes it (runtime/graph.py: the replay's trace, read back when asked for)."""
+        self._last_trace = trace
 
     # -- the program -------------------------------------------------------------------------------
     @property

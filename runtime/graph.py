@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import os
 import sys
@@ -408,7 +409,7 @@ class _Graph:
 
 class GraphRunner:
     """Executor.forward as one CUDA graph per input shape. `forward(x)` captures on the first call for
-    x's shape, then only copies x in, replays, and reads the branches back for the trace."""
+    x's shape, then only copies x in and replays; the branches are read back for the trace when it is read."""
 
     def __init__(self, executor, device):
         torch = self.torch = import_torch()
@@ -442,7 +443,8 @@ class GraphRunner:
             self._graphs[key] = st
         st.x.copy_(x)
         st.graph.replay()
-        self.executor.last_trace = st.capture.trace(st.trace)  # one copy back, after the whole forward
+        # read back (one copy, after the whole forward) only when someone asks: the next replay replaces it
+        self.executor.last_trace = functools.partial(st.capture.trace, st.trace)
         return st.out.clone()
 
     __call__ = forward

@@ -96,6 +96,20 @@ def test_executor_dense_matches_reference(tiny):
     assert ex.ops is ex.program.ops and ex.eligible is ex.program.eligible  # the lowering (test_lower.py)
 
 
+def test_a_trace_handed_over_as_a_function_is_made_on_first_read_only(tiny):
+    """A graph replay hands its trace over unread (runtime/graph.py): made once, when read; a forward pass
+    made afterwards replaces it."""
+    ex = executor.Executor(tiny, weights.random_init(tiny, seed=2), executor.TorchBackend(), None, device="cpu",
+                           trace=True)
+    calls = []
+    made = [executor.LayerTrace(0, "conv1", 0.5, "sparse", "k", None)]
+    ex.last_trace = lambda: calls.append(1) or made
+    assert not calls
+    assert ex.last_trace == made and ex.last_trace == made and calls == [1]
+    ex.forward(torch.randn(1, 3, 20, 20))
+    assert len(ex.last_trace) == len(tiny.convs) and calls == [1]
+
+
 def test_executor_measures_the_sparsity_of_each_conv_input(tiny):
     sd = weights.random_init(tiny, seed=2)
     ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", trace=True)

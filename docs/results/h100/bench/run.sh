@@ -10,11 +10,13 @@
 #   bash docs/results/h100/bench/run.sh OUT PHOTO_DIR [NET ...]      (default: resnet152 densenet201 vgg19)
 # STEPS (default build,calibrate,e2e) and BATCHES (default 1,8,32) run a part, e.g. one network and step per call
 # on a machine that limits a call's time; a later e2e step reads the tuning file an earlier calibrate left in OUT.
+# PROFILES (default "trained 0.5 0.7"): the sparsity profiles snn runs on in e2e.
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build commands (all hits here).
 set -uo pipefail
 out=${1:?usage: run.sh OUT_DIR PHOTO_DIR [NET ...]}; photos=${2:?PHOTO_DIR}; shift 2
 nets=("$@"); [ ${#nets[@]} -eq 0 ] && nets=(resnet152 densenet201 vgg19)
-STEPS=${STEPS:-build,calibrate,e2e}; BATCHES=${BATCHES:-1,8,32}
+STEPS=${STEPS:-build,calibrate,e2e}; BATCHES=${BATCHES:-1,8,32}; PROFILES=${PROFILES:-trained 0.5 0.7}
+profile_args=(); for p in $PROFILES; do profile_args+=(--sparsity-profile "$p"); done
 out=$(realpath -m "$out"); photos=$(realpath "$photos")
 mkdir -p "$out"
 cd "$(dirname "$0")/../../../.."
@@ -34,7 +36,7 @@ for net in "${nets[@]}"; do
       [ -f "$out/$net/tuning.json" ] && cp "$out/$net/tuning.json" "generated/$net/h100/tuning.json"
       e2e=$out/$net/e2e-b${BATCHES//,/-}; mkdir -p "$e2e"
       timeout 1800 snn-run bench e2e --spec "$net" --batch "$BATCHES" --images "$photos" --reps 30 \
-        --sparsity-profile trained --sparsity-profile 0.5 --sparsity-profile 0.7 --out "$e2e" > "$e2e/log.txt" 2>&1
+        "${profile_args[@]}" --out "$e2e" > "$e2e/log.txt" 2>&1
       echo "bench e2e exit code $?"; grep -E "^(profile|$net b|wrote)" "$e2e/log.txt"
     fi
   } >> "$out/log.txt" 2>&1

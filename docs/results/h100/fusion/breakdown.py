@@ -2,6 +2,7 @@
 (so that one script measures two checkouts alike):
 
     python3 breakdown.py NET BATCH PHOTO_DIR OUT.json
+    ncu --profile-from-start off ... python3 breakdown.py NET BATCH PHOTO_DIR --profile-one   (isolated.py)
 
 - replay: CUDA events around graph.replay(), median of 50 after 5 warm-ups (measure.timing.event_median_s);
 - every GPU activity of 5 replays (CUPTI through torch.profiler), per name: count and total duration;
@@ -23,6 +24,7 @@ from snn.runtime.measure.profiles import apply_profile, resolve_profile
 from snn.runtime.measure.timing import Env, event_median_s
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
 env = Env(False)
 torch = env.torch
 net = load_spec(net_name)
@@ -42,6 +44,15 @@ with torch.no_grad():
     rel_err = float(((y.double().cpu() - ref).norm() / ref.norm()).item())
     trace = ex.last_trace
     replay = runner.replayer(x)
+    if profile_one:
+        for _ in range(5):
+            replay()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        replay()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        sys.exit(0)
     replay_ms = event_median_s(torch, replay, 50, warmup=5) * 1e3
     from torch.profiler import ProfilerActivity, profile as tprofile
     iters = 5
