@@ -8,6 +8,8 @@
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
 # KERNEL_CHECKS=0 leaves the float64 kernel checks out (a call that only times).
+# NCU=1 also runs after's batch-1 replay under Nsight Compute, one kernel at a time (isolated.py):
+# OUT/isolated_NET_b1.md and the raw OUT/isolated_NET_b1.csv.gz.
 # ALSO="NAME:VAR=VALUE" adds a side NAME: after's bundles and calibration measured with VAR=VALUE in the
 # environment (e.g. ALSO=nohandoff:SNN_HANDOFF=0, ALSO=nopdl:SNN_PDL=0).
 # A file .commit in a tree names its commit where git cannot (a copy without .git); SNN_GIT_COMMIT, this one's.
@@ -41,6 +43,13 @@ for side in "${sides[@]}"; do
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
       for b in 1 8; do
         python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
+        if [ $side = after ] && [ $b = 1 ] && [ -n "${NCU:-}" ]; then
+          timeout 300 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
+            --metrics "$(python3 "$here/isolated.py" --metrics)" --csv --page raw \
+            python3 "$here/breakdown.py" "$net" 1 "$photos" --profile-one > "$out/isolated_${net}_b1.csv"
+          python3 "$here/isolated.py" "$out/isolated_${net}_b1.csv" "$out/after_${net}_b1.json" > "$out/isolated_${net}_b1.md"
+          gzip -f "$out/isolated_${net}_b1.csv"
+        fi
         if [ $side = after ] && [ -n "${ALSO:-}" ]; then
           env "${ALSO#*:}" python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${ALSO%%:*}_${net}_b$b.json" 2>&1 | grep -v Warning
         fi
