@@ -20,7 +20,7 @@ conv, it hands its epilogue to that conv (runtime/handoff.py), and a pre-activat
 static conv reads is applied by that conv as it stages the batchnorm's input.
 
 The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
-inside a forward pass; after a replay the branches and counters are copied back once for the trace.
+inside a forward pass; after a replay the branches and counters are copied back once, when the trace is read.
 A graph is captured per input shape (batch size) and replayed for every batch of that shape.
 """
 from __future__ import annotations
