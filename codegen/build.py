@@ -9,9 +9,10 @@
               stay in registers)
     bundle    <out>/<network>/<gpu>/: manifest.json, cubins/, src/, spec.yaml (codegen/bundle.py)
 
-A bf16 / fp16 build (--precision) stops after the spec: every conv of the 16-bit engine runs dense on
-cuDNN's tensor cores, so there is nothing to plan, render or compile, and nvcc is not asked; the bundle
-is the spec and a manifest that records the precision and every conv as dense.
+A bf16 / fp16 build (--precision) plans and renders no conv kernels: every conv of the 16-bit engine runs
+dense on cuDNN's tensor cores with its bias, residual and ReLU fused into the call. It compiles one kernel, the
+epilogue in that precision (what cuDNN's call does not fuse: DenseNet's pre-activation batchnorm + ReLU); the
+bundle is the spec, that cubin and a manifest that records the precision and every conv as dense.
 
 Nothing here imports torch or needs a GPU, and nothing here reads what `snn-run calibrate` writes.
 The planning and rendering stages are reached through `Stages` (see `default_stages`, the one place
@@ -32,13 +33,12 @@ from typing import Any, Callable
 from . import bundle
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
-from .emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, PDL
+from .emit import EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, PDL, epilogue_function
 from .errors import UserError
 from .spec import Network
 
 DEFAULT_LEVELS = "0.4:0.9:0.05"
 DEFAULT_THRESHOLD = 0.5
-EPILOGUE_FUNCTION = "snn_epilogue"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ EPILOGUE_FUNCTION = "snn_epilogue"
 class Stages:
     plan_network: Callable[..., Any]        # (net, gpu, batch, levels) -> Plan
     render_sparse: Callable[..., Any]       # (shape, batch, config) -> EmittedKernel
-    render_epilogue: Callable[[], tuple[str, str]]
+    render_epilogue: Callable[..., tuple[str, str]]   # (precision="fp32") -> (name, source)
     estimate_resources: Callable[..., tuple[int, int]]  # (shape, config) -> (regs, smem)
     load_gpu: Callable[[str], Any] | None = None
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
@@ -119,7 +119,8 @@ class BuildResult:
     def summary(self) -> str:
         precision = bundle.precision(self.manifest)
         if precision != bundle.DEFAULT_PRECISION:
-            what = f"{precision}, {self.layers} conv layers, every one dense on cuDNN's tensor cores (no kernels)"
+            what = (f"{precision}, {self.layers} conv layers, every one dense on cuDNN's tensor cores (the epilogue "
+                    f"kernel only, {self.compiled} compiled)")
             return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                     + (f"up to date ({what}, built from the same inputs)" if self.up_to_date else what)
                     + f"; total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
@@ -172,8 +173,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     (click.progressbar in the CLI); None for silence. spec_text: the spec to ship in the bundle
     (default: the file the network was read from). inputs: a digest of everything the stages' output
     depends on (build_spec's); a bundle recorded with the same digest, nvcc and arch, and intact, is
-    returned as it is (force rebuilds). precision: 'fp32' (the sparse kernels), or 'bf16' / 'fp16' (no
-    kernels: every conv dense on cuDNN's tensor cores).
+    returned as it is (force rebuilds). precision: 'fp32' (the sparse kernels), or 'bf16' / 'fp16' (every conv
+    dense on cuDNN's tensor cores: only the epilogue kernel in that precision).
     """
     t_start = time.perf_counter()
     if precision not in bundle.PRECISIONS:
@@ -184,7 +185,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     arch = arch or getattr(gpu, "arch", None)
     gpu_name = _gpu_name(gpu)
 
-    tc = None if dense else compiler.toolchain  # a 16-bit bundle has no cubins: nvcc need not be there
+    tc = compiler.toolchain
     capability = check_arch(arch, tc)
     check_runs_on(arch, capability, gpu, gpu_name)
     out_dir = Path(out) / net.name / gpu_name
@@ -201,13 +202,14 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         except (OSError, TypeError):
             spec_text = None  # a network parsed from text: the bundle then needs the spec beside it
     if inputs is not None:
-        inputs = hashlib.sha256(f"{inputs}|{tc.version_string if tc else ''}|{arch}".encode()).hexdigest()
+        inputs = hashlib.sha256(f"{inputs}|{tc.version_string}|{arch}".encode()).hexdigest()
         if not force and (same := _unchanged(out_dir, inputs)) is not None:
             return BuildResult(out_dir / bundle.MANIFEST, same, len(net.convs), len(same["kernels"]),
                                len(bundle.cubin_entries(same)), len(bundle.cubin_entries(same)), 0, 0, 0.0, 0.0,
                                time.perf_counter() - t_start, up_to_date=True)
     if dense:
-        return _build_dense(net, gpu_name, arch, capability, batches, precision, out_dir, spec_text, inputs, t_start)
+        return _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_dir, spec_text, inputs,
+                            stages, compiler, force, t_start)
 
     # plan + render (timed: the part of the build that is ours, nvcc excluded)
     t0 = time.perf_counter()
@@ -253,8 +255,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             if step.get("op") == "launch" and step["function"] not in entries:
                 raise RuntimeError(f"kernel {name}: a step launches {step['function']!r} but the cubin has "
                                    f"{sorted(entries)}")
-    if EPILOGUE_FUNCTION not in records[epi_name]["functions"]:
-        raise RuntimeError(f"the epilogue source {epi_name} does not define {EPILOGUE_FUNCTION}")
+    _check_epilogue(records, epi_name, bundle.DEFAULT_PRECISION)
 
     try:
         placed = bundle.write_cubins(out_dir, records)
@@ -271,17 +272,33 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
                        {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
 
 
-def _build_dense(net, gpu_name, arch, capability, batches, precision, out_dir, spec_text, inputs, t_start) -> BuildResult:
-    """A 16-bit bundle: the spec and a manifest that records every conv as dense, the reason beside it.
-    No plan, source or cubin (the 16-bit sparse kernels lost to cuDNN's tensor cores on every shape measured)."""
+def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_dir, spec_text, inputs, stages,
+                 compiler, force, t_start) -> BuildResult:
+    """A 16-bit bundle: the spec, the epilogue kernel in that precision, and a manifest that records every conv
+    as dense, the reason beside it. No plan and no conv kernel (the 16-bit sparse kernels lost to cuDNN's
+    tensor cores on every shape measured)."""
+    t0 = time.perf_counter()
+    epi_name, epi_source = stages.render_epilogue(precision)
+    render_s = time.perf_counter() - t0
     try:
         # an fp32 build's sources and cubins in this folder go, as a rebuild drops stale ones: the manifest names none
-        bundle.write_sources(out_dir, {})
-        bundle.write_cubins(out_dir, {})
+        written = bundle.write_sources(out_dir, {epi_name: epi_source})
+    except OSError as e:
+        raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
+    compiled = compiler.compile({epi_name: epi_source}, arch, force)
+    records = compiled.records
+    if probs := problems(records[epi_name]):
+        raise UserError(f"kernel {epi_name} ({'; '.join(probs)}): the epilogue must not spill")
+    _check_epilogue(records, epi_name, precision)
+    try:
+        placed = bundle.write_cubins(out_dir, records)
         spec_file = bundle.write_spec(out_dir, spec_text)
         manifest = {"format": bundle.FORMAT, "precision": precision, "network": net.name, "gpu": gpu_name,
                     "arch": arch, "compute_capability": capability, "batches": list(batches), "levels": [],
-                    "spec": spec_file, "dense_reason": bundle.DENSE_16BIT, "kernels": {},
+                    "nvcc": tc.version, "spec": spec_file, "dense_reason": bundle.DENSE_16BIT,
+                    "epilogue": {**_epilogue_entry(placed[epi_name], records[epi_name], precision),
+                                 "vector": EPILOGUE16_VECTOR},
+                    "kernels": {},
                     "layers": [{"index": c.index, "name": c.name, "shape": shape_dict(c.shape), "path": "dense"}
                                for c in net.convs]}
         if inputs is not None:
@@ -289,7 +306,20 @@ def _build_dense(net, gpu_name, arch, capability, batches, precision, out_dir, s
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
     except OSError as e:
         raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
-    return BuildResult(manifest_path, manifest, len(net.convs), 0, 0, 0, 0, 0, 0.0, 0.0, time.perf_counter() - t_start)
+    return BuildResult(manifest_path, manifest, len(net.convs), 0, len(records), compiled.hits, compiled.compiled,
+                       written, render_s, compiled.seconds, time.perf_counter() - t_start)
+
+
+def _check_epilogue(records: dict, epi_name: str, precision: str) -> None:
+    fn = epilogue_function(precision)
+    if fn not in records[epi_name]["functions"]:
+        raise RuntimeError(f"the epilogue source {epi_name} does not define {fn}")
+
+
+def _epilogue_entry(placed: dict, record: dict, precision: str) -> dict:
+    """The manifest's "epilogue": its cubin, function, launch marks and resources."""
+    return {**placed, "function": epilogue_function(precision), "pdl": PDL, "zero_range": EPILOGUE_ZERO_RANGE,
+            "in_ld": EPILOGUE_IN_LD, **resources(record)}
 
 
 def _unchanged(out_dir: Path, inputs: str) -> dict | None:
@@ -356,8 +386,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             "arch": arch, "compute_capability": capability, "batches": list(batches),
             "levels": [round(lv, 2) for lv in levels],
             "nvcc": tc.version, "spec": spec_file,
-            "epilogue": {**placed[epi_name], "function": EPILOGUE_FUNCTION, "pdl": PDL, "zero_range": EPILOGUE_ZERO_RANGE,
-                         "in_ld": EPILOGUE_IN_LD, **resources(records[epi_name])},
+            "epilogue": _epilogue_entry(placed[epi_name], records[epi_name], bundle.DEFAULT_PRECISION),
             **extra, "kernels": kernels, "layers": layers}
 
 

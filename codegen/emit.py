@@ -274,8 +274,30 @@ EPILOGUE_ZERO_RANGE = True
 EPILOGUE_IN_LD = True
 
 
-def render_epilogue() -> tuple[str, str]:
-    return "snn_epilogue", _env().get_template("epilogue.cu.j2").render(THREADS=256)
+# The 16-bit epilogue's pieces per precision (epilogue16.cu.j2): header, pair type, pair <-> float2.
+_EPILOGUE16 = {"bf16": ("cuda_bf16.h", "__nv_bfloat162", "__bfloat1622float2", "__floats2bfloat162_rn"),
+               "fp16": ("cuda_fp16.h", "__half2", "__half22float2", "__floats2half2_rn")}
+# values a thread of the 16-bit epilogue handles at once (16 bytes); the manifest's "vector" tells the runtime
+EPILOGUE16_VECTOR = 8
+
+
+def epilogue_function(precision: str = "fp32") -> str:
+    """The epilogue kernel's name (and its source's): snn_epilogue, snn_epilogue_bf16, snn_epilogue_fp16."""
+    return "snn_epilogue" if precision == "fp32" else f"snn_epilogue_{precision}"
+
+
+def render_epilogue(precision: str = "fp32") -> tuple[str, str]:
+    """(name, source) of the epilogue kernel for `precision`'s activations (PRECISIONS): the same launch
+    arguments in every precision, the activations, scale and shift of that type (the zero range stays FP32)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    name = epilogue_function(precision)
+    if precision == "fp32":
+        return name, _env().get_template("epilogue.cu.j2").render(THREADS=256)
+    header, dt2, to_f2, from_f2 = _EPILOGUE16[precision]
+    return name, _env().get_template("epilogue16.cu.j2").render(
+        NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, TO_F2=to_f2, FROM_F2=from_f2,
+        VEC=EPILOGUE16_VECTOR)
 
 
 def render_selector() -> tuple[str, str]:

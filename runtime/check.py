@@ -21,7 +21,7 @@ from types import SimpleNamespace
 
 from snn.codegen.cache import CubinCache
 from snn.codegen.compile import Compiler, problems
-from snn.codegen.emit import EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel, render_epilogue
+from snn.codegen.emit import EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, EmittedKernel, render_epilogue
 from snn.codegen.spec import ConvShape
 
 from .cuda import Device, import_torch
@@ -119,11 +119,21 @@ class KernelRunner:
         self.compiler = Compiler(cache, jobs)
         self.records: dict[str, dict] = {}
         self._ws: dict[str, dict] = {}
-        epi_name, epi_source = render_epilogue()
-        self._compile({epi_name: epi_source})
-        epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name, "zero_range": EPILOGUE_ZERO_RANGE,
-                    "in_ld": EPILOGUE_IN_LD}
-        self.backend = CudaBackend(self.dev, SimpleNamespace(epilogue=epilogue))
+        self._backends: dict[str, CudaBackend] = {}
+        self.backend = self.epilogue_backend("fp32")
+
+    def epilogue_backend(self, precision: str) -> CudaBackend:
+        """A backend whose epilogue is the kernel for `precision` (emit.render_epilogue), compiled here, with the
+        manifest entry a build would give it."""
+        if precision not in self._backends:
+            epi_name, epi_source = render_epilogue(precision)
+            self._compile({epi_name: epi_source})
+            epilogue = {"cubin": self.records[epi_name]["cubin"], "function": epi_name,
+                        "zero_range": EPILOGUE_ZERO_RANGE, "in_ld": EPILOGUE_IN_LD}
+            if precision != "fp32":
+                epilogue["vector"] = EPILOGUE16_VECTOR
+            self._backends[precision] = CudaBackend(self.dev, SimpleNamespace(epilogue=epilogue, precision=precision))
+        return self._backends[precision]
 
     def _compile(self, sources: dict[str, str]) -> dict[str, list[str]]:
         records = self.compiler.compile(sources, self.arch).records
@@ -160,7 +170,8 @@ class KernelRunner:
         preact: a pre-activation (emit.IN_BN_ARGS): the input is a batchnorm's (signed), the first C channels of a
         NaN-poisoned NHWC buffer `preact` wide read in place, and the kernel applies relu(x * scale[c] + shift[c])
         while staging, its zeros counted exactly once as with handoff."""
-        from .executor import Epilogue, torch_dtype
+        from .cuda import torch_dtype
+        from .executor import Epilogue
         torch = self.torch
         x = relu_input(torch, (batch, shape.H, shape.W, shape.C), sparsity, gen)
         in_epi, in_zeros_expected, stored_ok = None, None, []
@@ -269,35 +280,46 @@ class KernelRunner:
                                         preact=preact_pitch(shape.C) if preact else 0))
         return rows
 
-    def check_epilogue(self, seed: int = 2) -> list[dict]:
-        """snn_epilogue through the executor's launch: values and zero count against torch."""
+    def check_epilogue(self, seed: int = 2, precision: str = "fp32") -> list[dict]:
+        """The epilogue kernel of `precision` through the executor's launch: values against float64 on the same
+        inputs (FP32: within TOLERANCE; 16 bits: within one rounding of the stored type), zero count exact."""
+        from .cuda import torch_dtype
         torch = self.torch
+        dt = torch_dtype(torch, precision)
+        backend = self.epilogue_backend(precision)
         gen = torch.Generator(device="cuda")
         gen.manual_seed(seed)
         rows = []
         for b, c, h, w, residual, relu, in_place, pitch in EPILOGUE_CASES:
             def tensor(*shape):
-                return torch.randn(shape, generator=gen, device="cuda")
+                return torch.randn(shape, generator=gen, device="cuda").to(dt)
             x = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last)
             if pitch > c:  # the channels past C are NaN: a read of one shows in the output
-                buf = torch.full((b, pitch, h, w), float("nan"), device="cuda").contiguous(
+                buf = torch.full((b, pitch, h, w), float("nan"), device="cuda", dtype=dt).contiguous(
                     memory_format=torch.channels_last)
                 buf[:, :c] = x
                 x = buf[:, :c]
             scale, shift = tensor(c), tensor(c)
             res = tensor(b, c, h, w).contiguous(memory_format=torch.channels_last) if residual else None
-            want = x * scale.view(1, c, 1, 1) + shift.view(1, c, 1, 1) + (res if residual else 0)
+            want = (x.double() * scale.double().view(1, c, 1, 1) + shift.double().view(1, c, 1, 1)
+                    + (res.double() if residual else 0))
             want = want.clamp_min(0) if relu else want
-            out = x if in_place else torch.full((b, c, h, w), float("nan"), device="cuda").contiguous(
+            out = x if in_place else torch.full((b, c, h, w), float("nan"), device="cuda", dtype=dt).contiguous(
                 memory_format=torch.channels_last)
             zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
             # the zero range (runtime/handoff.py): vector and scalar lengths, never reaching past its end
             zero = torch.full((1000 + 3 * len(rows) + 2,), 7.0, device="cuda")
-            self.backend.epilogue(x, scale, shift, res, out, zeros, 0, relu, zero=zero[:-1])
+            backend.epilogue(x, scale, shift, res, out, zeros, 0, relu, zero=zero[:-1])
             torch.cuda.synchronize()
-            err, nz = float((out - want).abs().max()), int((out == 0).sum())
+            diff = (out.double() - want).abs()
+            if precision != "fp32":  # one rounding of the result, beside the FP32 arithmetic's own error
+                diff = diff / (ROUNDING[precision] * want.abs() + TOLERANCE)
+            err, nz = float(diff.max()), int((out == 0).sum())
             zeroed = bool((zero[:-1] == 0).all()) and float(zero[-1]) == 7.0
-            rows.append({"shape": [b, c, h, w], "pitch": pitch, "residual": residual, "relu": relu, "in_place": in_place,
-                         "max_abs_err": err, "zeros": int(zeros.item()), "zeros_expected": nz, "zero_range": zeroed,
-                         "ok": err < TOLERANCE and int(zeros.item()) == nz and (not relu or nz > 0) and zeroed})
+            ok_err = err < (TOLERANCE if precision == "fp32" else 1.0)
+            what = "max_abs_err" if precision == "fp32" else "err_over_allowed"
+            rows.append({"precision": precision, "shape": [b, c, h, w], "pitch": pitch, "residual": residual,
+                         "relu": relu, "in_place": in_place, what: err,
+                         "zeros": int(zeros.item()), "zeros_expected": nz, "zero_range": zeroed,
+                         "ok": ok_err and int(zeros.item()) == nz and (not relu or nz > 0) and zeroed})
         return rows

@@ -23,6 +23,11 @@ def import_torch():
     return torch
 
 
+def torch_dtype(torch, precision: str):
+    """The torch dtype of a precision's activations (codegen.bundle.PRECISIONS)."""
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
 _DRIVER = None
 
 

@@ -66,7 +66,7 @@ class Engine:
                  precision: str | None = None):
         from . import manifest, weights as weights_mod
         from .cuda import Device
-        from .executor import Executor, TorchBackend
+        from .executor import Executor
         from .kernels import CudaBackend
         if precision is not None and precision not in bundle_format.PRECISIONS:
             raise RunError(f"precision must be one of {', '.join(bundle_format.PRECISIONS)}, got {precision!r}")
@@ -86,8 +86,8 @@ class Engine:
             force = "dense"
         self.batch, self.force, self.precision = batch, force, precision
         sd, self.class_names, self.warning = weights_mod.load(self.net, weights, seed, device="cuda")
-        # 16 bits: cuDNN does the convs' epilogues; DenseNet's BN + ReLU runs as torch ops
-        backend = CudaBackend(self.device, self.cache) if precision == "fp32" else TorchBackend()
+        # 16 bits: cuDNN does the convs' epilogues, the bundle's epilogue kernel DenseNet's BN + ReLU
+        backend = CudaBackend(self.device, self.cache)
         self.executor = Executor(self.net, sd, backend, self.cache, "cuda", force, trace, precision)
         self.graph = None
         if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)

@@ -43,7 +43,7 @@ from snn.codegen.bundle import PRECISIONS  # the precisions a bundle records; th
 from snn.codegen.spec import Network
 
 from . import dispatch
-from .cuda import import_torch
+from .cuda import import_torch, torch_dtype
 from .errors import RunError
 from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, input_pitch, launches_epilogue, output_pitch,
                       stores_slice, takes_zero_range, uses_accumulator, workspace)
@@ -110,7 +110,6 @@ class TorchBackend:
         self.sparse_calls: list[str] = []
 
     def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
-        # few kernels: it also runs DenseNet's BN + ReLU in the 16-bit engine, on the GPU
         # straight into `out` (two passes for BN + ReLU, not three); inp may be a strided view, or out itself
         torch = self.torch
         c = inp.shape[1]
@@ -180,11 +179,6 @@ class TorchBackend:
 
     def prepare_accumulator(self, numel):
         """Nothing to make: the emulation computes into the output."""
-
-
-def torch_dtype(torch, precision: str):
-    """The torch dtype of a precision's activations (PRECISIONS)."""
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 
 class Executor:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import ctypes
 
-from .cuda import Device, import_torch
+from .cuda import Device, import_torch, torch_dtype
 from .errors import RunError
 
 EPILOGUE_BLOCK = 256
@@ -179,6 +179,9 @@ class CudaBackend:
         self.epi_pdl = bool(epi.get("pdl"))
         self.epi_zero = bool(epi.get("zero_range"))   # it can clear a second range (emit.EPILOGUE_ZERO_RANGE)
         self.epi_ld = bool(epi.get("in_ld"))          # it reads `in` at its own pixel pitch (emit.EPILOGUE_IN_LD)
+        self.epi_vector = int(epi.get("vector", 1))   # values a thread takes at once (the 16-bit kernel: 8)
+        # the activations', scale's and shift's type: the bundle's precision (the 16-bit epilogue's are 16-bit)
+        self.epi_dtype = torch_dtype(self.torch, cache.precision)
         self._consts: dict[tuple[str, int], object] = {}
         self._acc = None
         self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
@@ -196,7 +199,7 @@ class CudaBackend:
     def _const(self, value: float, c: int, device="cuda"):
         key = (value, c)
         if key not in self._consts:
-            self._consts[key] = self.torch.full((c,), value, dtype=self.torch.float32, device=device)
+            self._consts[key] = self.torch.full((c,), value, dtype=self.epi_dtype, device=device)
         return self._consts[key]
 
     def prepare_bias(self, channels: int):
@@ -210,6 +213,9 @@ class CudaBackend:
         read in place where the kernel takes a pixel pitch, else through a dense copy."""
         c = inp.shape[1]
         total = inp.numel()
+        bad = [t.dtype for t in (inp, out, scale, shift, residual) if t is not None and t.dtype != self.epi_dtype]
+        if bad:  # the kernel reads raw memory: another type would be read as garbage
+            raise RunError(f"{self.epi_fn} takes {self.epi_dtype} tensors, got {bad[0]}")
         if zero is not None and (not self.epi_zero or total == 0):
             zero.zero_()
             zero = None
@@ -231,7 +237,8 @@ class CudaBackend:
             args += [(_ptr(zero), _PTR), (0 if zero is None else zero.numel(), _I64)]
         if self.epi_ld:
             args.append((ld, _I32))
-        grid = (total + self.epi_block - 1) // self.epi_block
+        per_block = self.epi_block * self.epi_vector
+        grid = (total + per_block - 1) // per_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,

@@ -187,11 +187,9 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
     if precision is not None and precision != built_for:
         raise CacheError(f"{path}: built for {built_for}, the run asks for {precision}; rebuild with: "
                          f"{build_command(spec_path, gpu, batch, precision)}")
-    sixteen = built_for != bundle_format.DEFAULT_PRECISION  # no kernels, no epilogue: every conv dense (cuDNN)
+    sixteen = built_for != bundle_format.DEFAULT_PRECISION  # no conv kernels: every conv dense (cuDNN)
     for key, typ in (("network", str), ("compute_capability", list), ("batches", list),
                      ("epilogue", dict), ("kernels", dict), ("layers", list)):
-        if key == "epilogue" and sixteen:
-            continue
         if not isinstance(data.get(key), typ):
             raise stale(f"field '{key}' is missing or not a {typ.__name__}")
     if data["network"] != net.name:

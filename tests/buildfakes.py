@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from snn.codegen.build import Stages
 from snn.codegen.config import KernelConfig
+from snn.codegen.emit import render_epilogue
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,11 @@ def fake_estimate(shape, config):
     return (32 + config.th * config.tw * config.nt, 4 * config.tc * 64)
 
 
+def fake_epilogue(precision="fp32"):
+    """The stand-in FP32 epilogue; a 16-bit build's is the real one (it is all such a build compiles)."""
+    return ("snn_epilogue", EPILOGUE) if precision == "fp32" else render_epilogue(precision)
+
+
 def fake_stages(planner=None, renderer=None) -> Stages:
-    return Stages(planner or FakePlanner(), renderer or FakeRenderer(), lambda: ("snn_epilogue", EPILOGUE),
+    return Stages(planner or FakePlanner(), renderer or FakeRenderer(), fake_epilogue,
                   fake_estimate, lambda name: GPU(name) if name != "auto" else GPU())

@@ -1,7 +1,7 @@
 """The bundle records its precision: `snn-codegen build --precision`, and every consumer that refuses another.
 
-No torch and no GPU: a 16-bit build needs no nvcc (it compiles nothing), and the runtime's refusals come
-before anything asks for torch (the device is a stand-in)."""
+No torch and no GPU: a 16-bit build compiles one kernel with nvcc (its epilogue, into a cache the module
+shares), and the runtime's refusals come before anything asks for torch (the device is a stand-in)."""
 import json
 import shutil
 
@@ -33,11 +33,19 @@ nodes:
 """
 
 
+needs_nvcc = pytest.mark.skipif(NVCC is None or shutil.which("make") is None, reason="needs nvcc and make")
+
+
+@pytest.fixture(scope="module")
+def cubins(tmp_path_factory):
+    """One cubin cache for the module: each precision's epilogue compiles once."""
+    return tmp_path_factory.mktemp("cubins")
+
+
 @pytest.fixture
-def spec(tmp_path, monkeypatch):
-    """A tiny spec; nvcc is made unrunnable, so a build that asked for it would fail."""
-    monkeypatch.setenv("NVCC", str(tmp_path / "no-nvcc"))
-    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cache"))
+def spec(tmp_path, monkeypatch, cubins):
+    """A tiny spec; builds compile into the module's cubin cache."""
+    monkeypatch.setenv("SNN_CACHE_DIR", str(cubins))
     p = tmp_path / "tiny16.yaml"
     p.write_text(TINY)
     return p
@@ -62,19 +70,25 @@ class FakeEnv:
 # --- build --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
-def test_16_bit_build_records_its_precision_and_every_conv_dense_without_nvcc(spec, tmp_path, precision):
+@needs_nvcc
+def test_16_bit_build_records_its_precision_every_conv_dense_and_its_epilogue(spec, tmp_path, precision):
     r = build16(spec, tmp_path, precision)
     d = r.manifest_path.parent
     m = json.loads(r.manifest_path.read_text())
     assert m == r.manifest and m["precision"] == precision and m["format"] == bundle.FORMAT
-    assert m["kernels"] == {} and "epilogue" not in m and "selector" not in m and m["levels"] == []
+    assert m["kernels"] == {} and "selector" not in m and m["levels"] == []
+    epi = m["epilogue"]
+    assert epi["function"] == f"snn_epilogue_{precision}" and epi["vector"] == 8 and epi["pdl"] and epi["in_ld"]
+    assert epi["cubin"] == f"cubins/snn_epilogue_{precision}.cubin" and epi["registers"] > 0
+    assert not bundle.verify(d, m)
     assert m["dense_reason"].startswith("16-bit: cuDNN tensor cores") and "docs/results/h100/precision" in m["dense_reason"]
     assert [(lay["name"], lay["path"]) for lay in m["layers"]] == [("a", "dense"), ("b", "dense"), ("c", "dense")]
     assert m["compute_capability"] == [9, 0] and m["batches"] == [1, 4] and m["spec"] == "spec.yaml"
     assert (d / "spec.yaml").read_text() == TINY
-    assert not list(d.glob("cubins/*")) and not list(d.glob("src/*"))
-    assert r.kernels == r.cubins == r.compiled == 0
-    assert f"{precision}, 3 conv layers, every one dense on cuDNN's tensor cores (no kernels)" in r.summary()
+    assert [p.name for p in d.glob("cubins/*")] == [f"snn_epilogue_{precision}.cubin"]
+    assert [p.name for p in d.glob("src/*")] == [f"snn_epilogue_{precision}.cu"]
+    assert r.kernels == 0 and r.cubins == 1
+    assert f"{precision}, 3 conv layers, every one dense on cuDNN's tensor cores (the epilogue kernel only" in r.summary()
     again = build16(spec, tmp_path, precision)
     assert again.up_to_date and "up to date (" in again.summary()
 
@@ -88,6 +102,7 @@ def test_16_bit_build_refuses_options_for_sparse_kernels(spec, tmp_path):
         build16(spec, tmp_path, "fp8")
 
 
+@needs_nvcc
 def test_cli_build_precision(spec, tmp_path):
     r = CliRunner().invoke(cli.codegen_main, ["build", str(spec), "--batch", "1", "--out", str(tmp_path / "gen"),
                                               "--precision", "fp16"])
@@ -98,6 +113,7 @@ def test_cli_build_precision(spec, tmp_path):
     assert r.exit_code == 2
 
 
+@needs_nvcc
 def test_16_bit_rebuild_of_an_fp32_bundle_drops_its_kernels(spec, tmp_path):
     """An fp32 bundle's cubins and sources in the folder go, as a rebuild drops stale kernels."""
     net = load_spec(SPEC)
@@ -107,29 +123,32 @@ def test_16_bit_rebuild_of_an_fp32_bundle_drops_its_kernels(spec, tmp_path):
     (path.parent / "tuning.json").write_text("{}")
     r = build_spec(SPEC, "h100", 8, out=tmp_path / "gen", precision="bf16")
     assert r.manifest_path == path and json.loads(path.read_text())["precision"] == "bf16"
-    assert not list(path.parent.glob("cubins/*")) and not list(path.parent.glob("src/*"))
+    assert [p.name for p in path.parent.glob("cubins/*")] == ["snn_epilogue_bf16.cubin"]
+    assert [p.name for p in path.parent.glob("src/*")] == ["snn_epilogue_bf16.cu"]
     assert (path.parent / "tuning.json").is_file()  # calibrate's file: never the build's to touch
     c = manifest.load(path, net, SPEC, 8, H100_CC)    # the tuning file is not read for a 16-bit bundle
     assert c.precision == "bf16" and c.tuning_path is None
 
 
-@pytest.mark.skipif(NVCC is None or shutil.which("make") is None, reason="needs nvcc and make")
+@needs_nvcc
 def test_fp32_and_16_bit_builds_take_turns_in_one_folder(request):
     """The stand-in stages of test_build with the real nvcc: fp32 records its precision; a bf16 build of the
-    same folder plans, renders and compiles nothing; fp32 again finds its kernels in the compiler cache."""
+    same folder plans and renders no conv kernel, only its epilogue; fp32 again finds its kernels in the
+    compiler cache."""
     e = request.getfixturevalue("env")
     first = run_build(e)
     assert first.manifest["precision"] == "fp32" and first.kernels == 4
     stages = fake_stages()
     r = run_build(e, stages, precision="bf16")
     assert r.manifest["precision"] == "bf16" and not stages.plan_network.calls and not stages.render_sparse.calls
-    assert not list(r.manifest_path.parent.glob("cubins/*")) and not list(r.manifest_path.parent.glob("src/*"))
+    assert [p.name for p in r.manifest_path.parent.glob("cubins/*")] == ["snn_epilogue_bf16.cubin"]
     again = run_build(e)
     assert again.manifest["precision"] == "fp32" and again.cache_hits == again.cubins == 5 and again.compiled == 0
 
 
 # --- manifest -----------------------------------------------------------------------------------
 
+@needs_nvcc
 def test_manifest_round_trip_of_the_precision(spec, tmp_path):
     r = build16(spec, tmp_path)
     net = load_spec(r.manifest_path.parent / "spec.yaml")
@@ -150,6 +169,7 @@ def test_manifest_without_precision_reads_as_fp32(tmp_path):
     assert manifest.load(path, net, SPEC, 8, H100_CC).precision == "fp32"
 
 
+@needs_nvcc
 def test_mismatched_precision_is_one_line_with_the_rebuild_command(spec, tmp_path):
     net = load_spec(SPEC)
     path, _ = make_cache(tmp_path, net)
@@ -164,6 +184,7 @@ def test_mismatched_precision_is_one_line_with_the_rebuild_command(spec, tmp_pat
                             f"snn-codegen build {spec} --gpu h100 --batch 4 --precision fp32")
 
 
+@needs_nvcc
 def test_a_stale_16_bit_bundle_names_a_16_bit_rebuild(spec, tmp_path):
     r = build16(spec, tmp_path)
     net = load_spec(spec)
@@ -174,6 +195,10 @@ def test_a_stale_16_bit_bundle_names_a_16_bit_rebuild(spec, tmp_path):
     with pytest.raises(manifest.CacheError, match="no sparse kernels, so no tuning applies to it"):
         manifest.load(r.manifest_path, net, str(spec), 4, H100_CC, tuning_path=tmp_path / "t.json")
     doc = json.loads(r.manifest_path.read_text())
+    no_epilogue = {k: v for k, v in doc.items() if k != "epilogue"}  # a bundle from before it had one
+    r.manifest_path.write_text(json.dumps(no_epilogue))
+    with pytest.raises(manifest.CacheError, match=r"field 'epilogue' is missing .* --batch 4 --precision bf16$"):
+        manifest.load(r.manifest_path, net, str(spec), 4, H100_CC)
     doc["precision"] = "fp8"
     r.manifest_path.write_text(json.dumps(doc))
     with pytest.raises(manifest.CacheError, match=r"field 'precision' is 'fp8', not one of fp32, bf16, fp16; rebuild"):
@@ -182,6 +207,7 @@ def test_a_stale_16_bit_bundle_names_a_16_bit_rebuild(spec, tmp_path):
 
 # --- the runtime's consumers ----------------------------------------------------------------------
 
+@needs_nvcc
 def test_engine_runs_the_bundles_precision(spec, tmp_path):
     """precision None is the bundle's: a bf16 bundle's engine is dense, so force='sparse' is refused (before
     anything loads weights)."""
@@ -203,6 +229,7 @@ def gpu_stand_ins(monkeypatch):
     monkeypatch.setattr("snn.runtime.measure.timing.Env", FakeEnv)
 
 
+@needs_nvcc
 def test_infer_refuses_another_precision_than_the_bundles_in_one_line(spec, tmp_path, monkeypatch):
     gpu_stand_ins(monkeypatch)
     build16(spec, tmp_path)
@@ -219,6 +246,7 @@ def test_infer_refuses_another_precision_than_the_bundles_in_one_line(spec, tmp_
     assert r.exit_code == 1 and r.output.startswith(f"Error: {m}: built for bf16, the run asks for fp32; rebuild")
 
 
+@needs_nvcc
 def test_calibrate_refuses_a_16_bit_bundle(spec, tmp_path, monkeypatch):
     gpu_stand_ins(monkeypatch)
     r = build16(spec, tmp_path, "fp16")
@@ -230,6 +258,7 @@ def test_calibrate_refuses_a_16_bit_bundle(spec, tmp_path, monkeypatch):
     assert not (r.manifest_path.parent / "tuning.json").exists()
 
 
+@needs_nvcc
 def test_benchmarks_need_an_fp32_bundle(spec, tmp_path):
     build16(spec, tmp_path)
     with pytest.raises(manifest.CacheError, match=r"built for bf16, the run asks for fp32; .* --precision fp32$"):

@@ -79,19 +79,69 @@ nodes:
 """
 
 
+# DenseNet's layer: a pre-activation batchnorm + ReLU of the block's concat (the 16-bit epilogue kernel, reading
+# the chain buffer's first channels in place, 40 apart), conv1 + BN + ReLU fused in cuDNN, conv2 into the
+# buffer; the prefixes of 16, 24 and 40 channels take the kernel's vector path, the one of 30 its scalar path
+DENSE_BLOCK = """\
+name: densenet
+input: {name: image, shape: [3, 16, 16]}
+nodes:
+  - {name: stem, op: conv, input: image, in_channels: 3, out_channels: 16, kernel: 3, padding: 1}
+  - {name: l1.norm1, op: batchnorm, input: stem, channels: 16}
+  - {name: l1.relu1, op: relu, input: l1.norm1}
+  - {name: l1.conv1, op: conv, input: l1.relu1, in_channels: 16, out_channels: 32, kernel: 1}
+  - {name: l1.norm2, op: batchnorm, input: l1.conv1, channels: 32}
+  - {name: l1.relu2, op: relu, input: l1.norm2}
+  - {name: l1.conv2, op: conv, input: l1.relu2, in_channels: 32, out_channels: 8, kernel: 3, padding: 1}
+  - {name: l2.cat, op: concat, inputs: [stem, l1.conv2]}
+  - {name: l2.norm1, op: batchnorm, input: l2.cat, channels: 24}
+  - {name: l2.relu1, op: relu, input: l2.norm1}
+  - {name: l2.conv1, op: conv, input: l2.relu1, in_channels: 24, out_channels: 32, kernel: 1}
+  - {name: l2.norm2, op: batchnorm, input: l2.conv1, channels: 32}
+  - {name: l2.relu2, op: relu, input: l2.norm2}
+  - {name: l2.conv2, op: conv, input: l2.relu2, in_channels: 32, out_channels: 6, kernel: 3, padding: 1}
+  - {name: l3.cat, op: concat, inputs: [stem, l1.conv2, l2.conv2]}
+  - {name: l3.norm1, op: batchnorm, input: l3.cat, channels: 30}
+  - {name: l3.relu1, op: relu, input: l3.norm1}
+  - {name: l3.conv1, op: conv, input: l3.relu1, in_channels: 30, out_channels: 32, kernel: 1}
+  - {name: l3.norm2, op: batchnorm, input: l3.conv1, channels: 32}
+  - {name: l3.relu2, op: relu, input: l3.norm2}
+  - {name: l3.conv2, op: conv, input: l3.relu2, in_channels: 32, out_channels: 10, kernel: 3, padding: 1}
+  - {name: out.cat, op: concat, inputs: [stem, l1.conv2, l2.conv2, l3.conv2]}
+  - {name: norm5, op: batchnorm, input: out.cat, channels: 40}
+  - {name: relu5, op: relu, input: norm5}
+  - {name: pool, op: adaptive_avgpool, input: relu5, output_size: 1}
+  - {name: flat, op: flatten, input: pool}
+  - {name: fc, op: linear, input: flat, in_features: 40, out_features: 10}
+"""
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 @pytest.mark.parametrize("graph", [True, False])
-def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tmp_path, precision, graph):
-    """A bf16 / fp16 bundle: cuDNN's fused conv + bias (+ residual) + ReLU on every conv; the logits' error
-    against float64 within 1.5x that of the same spec run by torch in the same precision, and finite."""
-    spec = tmp_path / "blocknet.yaml"
-    spec.write_text(RESNET_BLOCK)
+@pytest.mark.parametrize("text", [RESNET_BLOCK, DENSE_BLOCK], ids=["resnet", "densenet"])
+def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tmp_path, precision, graph, text):
+    """A bf16 / fp16 bundle: cuDNN's fused conv + bias (+ residual) + ReLU on every conv, DenseNet's
+    pre-activations in the bundle's epilogue kernel; the logits' error against float64 within 1.5x that of the
+    same spec run by torch in the same precision, and finite."""
+    spec = tmp_path / "net.yaml"
+    spec.write_text(text)
     b = snn.build(str(spec), gpu="auto", batch=[4], out=tmp_path / "gen", precision=precision).manifest_path.parent
     engine = snn.load(b, batch=4, graph=graph)  # the bundle's precision
     net = load_spec(b / "spec.yaml")
     sd, _, _ = weights.load(net, None, 0, device="cuda")
     x = torch.randn(4, 3, 16, 16, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
+    launched, launch = [], engine.executor.backend.dev.launch
+
+    def counted(cubin, name, *args):
+        launched.append(name)
+        return launch(cubin, name, *args)
+    engine.executor.backend.dev.launch = counted   # the first call runs (or captures) every launch
     y = engine(x)
+    engine.executor.backend.dev.launch = launch
+    # the pre-activations (the three layers' and norm5) in the bundle's epilogue kernel, nothing else of ours
+    assert launched == [f"snn_epilogue_{precision}"] * (4 if text is DENSE_BLOCK else 0)
+    if graph:
+        y = engine(x.clone())   # a replay
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     assert y.dtype == dt and y.shape == (4, 10) and torch.isfinite(y).all()
     ref = executor.reference(net, {k: v.double().cpu() for k, v in sd.items()}, x.double().cpu())

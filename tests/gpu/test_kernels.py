@@ -92,8 +92,10 @@ def test_cluster_kernels_match_float64(runner):
     _assert_match(runner, cluster_cases())
 
 
-def test_epilogue_matches_torch(runner):
-    rows = runner.check_epilogue()
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_epilogue_matches_float64(runner, precision):
+    """Every precision's epilogue kernel: dense and pitched input, residual, in place, vector and scalar rows."""
+    rows = runner.check_epilogue(precision=precision)
     assert rows and all(r["ok"] for r in rows), rows
 
 
