@@ -19,7 +19,7 @@ __all__ = ["build", "load", "import_onnx", "import_torch"]
 
 def build(spec, gpu="h100", batch=1, levels="0.4:0.9:0.05", out="generated", **kwargs):
     """Plan, render and compile a spec's kernels into the bundle <out>/<network>/<gpu>/ (no GPU needed);
-    precision="bf16" / "fp16" makes a 16-bit bundle (no kernels: every conv on cuDNN's tensor cores).
+    precision="bf16" / "fp16" makes a 16-bit bundle (every conv on cuDNN's tensor cores; one kernel, its epilogue).
     Returns a BuildResult (.manifest_path, .summary()). See snn.codegen.build.build_spec."""
     from .codegen.build import build_spec
     return build_spec(spec, gpu, batch, levels, out, **kwargs)

@@ -56,8 +56,8 @@ class Engine:
     force: 'auto' (per layer from the zero counter), 'dense' or 'sparse' everywhere.
     precision: None (the bundle's, `snn-codegen build --precision`), or the one the caller expects; one other
     than the bundle's is refused. 'fp32' is exact; 'bf16' / 'fp16' run every conv on cuDNN's tensor cores
-    with its bias, residual and ReLU fused into the call, the logits in that precision (runtime/executor.py;
-    force is then 'dense').
+    with its bias, residual and ReLU fused into the call, DenseNet's pre-activations in the bundle's 16-bit
+    epilogue kernel, the logits in that precision (runtime/executor.py; force is then 'dense').
     """
 
     def __init__(self, bundle: str | Path, weights: str | None = None, batch: int | None = None,

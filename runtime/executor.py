@@ -188,7 +188,8 @@ class Executor:
     precision: 'fp32' (exact: the sparse kernels and cuDNN with TF32 off), or 'bf16' / 'fp16': activations and
     weights in 16 bits, every conv dense on cuDNN's tensor cores with its bias, residual and ReLU fused into the
     one cuDNN call (force must be 'dense': the 16-bit sparse kernel lost to them on every measured layer,
-    docs/performance.md).
+    docs/performance.md); the epilogue ops (DenseNet's pre-activations) go to the backend, which launches the
+    bundle's 16-bit epilogue kernel (CudaBackend) or runs torch ops (TorchBackend).
     """
 
     def __init__(self, net: Network, weights: dict, backend, cache=None, device="cuda",
