@@ -2,9 +2,9 @@
 # Every kernel of a bundle with odd shapes (odd_shapes.yaml: 5x5 and 7x7 kernels, stride 2 on odd sizes, channel
 # counts no tile divides; batch 1 and 3, every level of the sweep), the epilogue kernel's cases in FP32, BF16 and
 # FP16 (runtime/check.py's EPILOGUE_CASES: in place, residual, a channel prefix read at a wider pitch), the
-# kernels that write a concat's
-# channel slice and those that stage a pre-activation read in place (tests/kernel_cases.py's concat_slice_cases,
-# pre_activation_cases) against float64, then the same checks under compute-sanitizer memcheck and racecheck.
+# kernels that write a concat's channel slice and those that stage a pre-activation read in place
+# (tests/kernel_cases.py's concat_slice_cases, pre_activation_cases) against float64, then the same checks under
+# compute-sanitizer memcheck and racecheck.
 #   bash docs/results/h100/sanitizer/run.sh OUT_DIR
 set -uo pipefail
 out=${1:?usage: run.sh OUT_DIR}
