@@ -61,7 +61,7 @@ def test_every_kernel_matches_float64(path):
     assert not problems, problems[:3]
     for entry in bundle.cubin_entries(doc).values():  # paths in the manifest are relative to the bundle
         entry["cubin"] = str(path.parent / entry["cubin"])
-    backend = CudaBackend(Device(), SimpleNamespace(epilogue=doc["epilogue"]))
+    backend = CudaBackend(Device(), SimpleNamespace(epilogue=doc["epilogue"], precision=bundle.precision(doc)))
     gen = torch.Generator(device="cuda").manual_seed(1234)
     results, worst = [], 0.0
     for i, (name, k) in enumerate(sorted(doc["kernels"].items())):
