@@ -110,7 +110,7 @@ class TorchBackend:
         self.sparse_calls: list[str] = []
 
     def epilogue(self, inp, scale, shift, residual, out, counters, slot, relu):
-        # straight into `out` (two passes for BN + ReLU, not three); inp may be a strided view, or out itself
+        # torch ops straight into `out` (two passes for BN + ReLU, not three); inp may be a strided view, or out itself
         torch = self.torch
         c = inp.shape[1]
         if scale is not None and shift is not None:
