@@ -181,8 +181,9 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
                 rec["snn16"] = {}
                 for p in snn_precisions:
                     try:
-                        cache16 = bundles16.get(p) or bundles16.setdefault(p, _bundle16(spec, cache, batches, p, tmp))
-                        rec["snn16"][p] = _snn16_run(env, net, sd0_cpu, cache16, sets, graphs, reps, warmup, nv, B,
+                        if p not in bundles16:
+                            bundles16[p] = _bundle16(spec, cache, batches, p, tmp)
+                        rec["snn16"][p] = _snn16_run(env, net, sd0_cpu, bundles16[p], sets, graphs, reps, warmup, nv, B,
                                                      ref0, rec["baselines"], top5.get(p), p)
                     except Exception as e:  # said, like a baseline that cannot run
                         rec["notes"][f"snn_{p}"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
