@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from . import bundle
+from . import bundle, tensorcore
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .emit import EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, PDL, epilogue_function
@@ -119,8 +119,8 @@ class BuildResult:
     def summary(self) -> str:
         precision = bundle.precision(self.manifest)
         if precision != bundle.DEFAULT_PRECISION:
-            what = (f"{precision}, {self.layers} conv layers, every one dense on cuDNN's tensor cores (the epilogue "
-                    f"kernel only, {self.compiled} compiled)")
+            what = (f"{precision}, {self.layers} conv layers, every one dense on the tensor cores ({self.kernels} "
+                    f"tensor-core kernels + the epilogue, {self.compiled} compiled)")
             return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                     + (f"up to date ({what}, built from the same inputs)" if self.up_to_date else what)
                     + f"; total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
@@ -274,40 +274,68 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
 
 def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_dir, spec_text, inputs, stages,
                  compiler, force, t_start) -> BuildResult:
-    """A 16-bit bundle: the spec, the epilogue kernel in that precision, and a manifest that records every conv
-    as dense, the reason beside it. No plan and no conv kernel (the 16-bit sparse kernels lost to cuDNN's
-    tensor cores on every shape measured)."""
+    """A 16-bit bundle: the spec, the epilogue kernel in that precision, and per conv layer and small batch the
+    tensor-core kernels (codegen/tensorcore.py) that the runtime measures against cuDNN's fused call at load,
+    every conv recorded as dense (the 16-bit sparse kernels lost to cuDNN's tensor cores on every shape measured)."""
     t0 = time.perf_counter()
     epi_name, epi_source = stages.render_epilogue(precision)
+    sources = {epi_name: epi_source}
+    wanted: dict[str, tuple] = {}  # kernel name -> (shape, batch, config)
+    per_layer: dict[str, dict[str, list[str]]] = {}
+    for c in net.convs:
+        if not tensorcore.eligible(c.shape, c.groups):
+            continue
+        for b in batches:
+            if b > tensorcore.MAX_BATCH:
+                continue
+            names = []
+            for cfg in tensorcore.candidates(c.shape, b):
+                fn = tensorcore.name(c.shape, b, cfg, precision)
+                if fn not in wanted:
+                    wanted[fn] = (c.shape, b, cfg)
+                    sources[fn] = tensorcore.render(c.shape, b, cfg, precision)[1]
+                names.append(fn)
+            per_layer.setdefault(c.name, {})[str(b)] = names
     render_s = time.perf_counter() - t0
     try:
         # an fp32 build's sources and cubins in this folder go, as a rebuild drops stale ones: the manifest names none
-        written = bundle.write_sources(out_dir, {epi_name: epi_source})
+        written = bundle.write_sources(out_dir, sources)
     except OSError as e:
         raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
-    compiled = compiler.compile({epi_name: epi_source}, arch, force)
+    compiled = compiler.compile(sources, arch, force)
     records = compiled.records
-    if probs := problems(records[epi_name]):
-        raise UserError(f"kernel {epi_name} ({'; '.join(probs)}): the epilogue must not spill")
+    bad = [f"{name} ({'; '.join(probs)})" for name, rec in records.items() if (probs := problems(rec))]
+    if bad:
+        raise UserError(f"kernel {bad[0]} has a stack frame or spills" +
+                        (f"; also {len(bad) - 1} more" if len(bad) > 1 else ""))
     _check_epilogue(records, epi_name, precision)
     try:
         placed = bundle.write_cubins(out_dir, records)
         spec_file = bundle.write_spec(out_dir, spec_text)
+        kernels = {fn: {**placed[fn], "function": fn, "tensorcore": cfg.tag(),
+                        "steps": [{"op": "launch", "function": fn, "grid": tensorcore.grid(shape, b, cfg),
+                                   "block": [tensorcore.THREADS], "smem": tensorcore.smem_bytes(cfg),
+                                   "args": tensorcore.ARGS, "pdl": PDL}],
+                        **resources(records[fn])}
+                   for fn, (shape, b, cfg) in wanted.items()}
         manifest = {"format": bundle.FORMAT, "precision": precision, "network": net.name, "gpu": gpu_name,
                     "arch": arch, "compute_capability": capability, "batches": list(batches), "levels": [],
                     "nvcc": tc.version, "spec": spec_file, "dense_reason": bundle.DENSE_16BIT,
                     "epilogue": {**_epilogue_entry(placed[epi_name], records[epi_name], precision),
                                  "vector": EPILOGUE16_VECTOR},
-                    "kernels": {},
-                    "layers": [{"index": c.index, "name": c.name, "shape": shape_dict(c.shape), "path": "dense"}
+                    "kernels": kernels,
+                    "layers": [{"index": c.index, "name": c.name, "shape": shape_dict(c.shape), "path": "dense",
+                                **({"batches": {b: {"levels": {}, "tensorcore": names}
+                                                for b, names in per_layer[c.name].items()}}
+                                   if c.name in per_layer else {})}
                                for c in net.convs]}
         if inputs is not None:
             manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
     except OSError as e:
         raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
-    return BuildResult(manifest_path, manifest, len(net.convs), 0, len(records), compiled.hits, compiled.compiled,
-                       written, render_s, compiled.seconds, time.perf_counter() - t_start)
+    return BuildResult(manifest_path, manifest, len(net.convs), len(wanted), len(records), compiled.hits,
+                       compiled.compiled, written, render_s, compiled.seconds, time.perf_counter() - t_start)
 
 
 def _check_epilogue(records: dict, epi_name: str, precision: str) -> None:

@@ -16,6 +16,8 @@ from .spec import ConvShape
 BK = 32                # channels a pipeline chunk; C % BK == 0 keeps a chunk inside one filter tap
 THREADS = 128          # 2 x 2 warps
 CLUSTER_MAX = 8        # the portable cluster size
+# at batch 8 cuDNN's own tiles fill the GPU and this kernel took 1.5-3x its time on every ResNet-152 layer
+MAX_BATCH = 4
 SMEM_MAX = 200 * 1024  # a block's pipeline: every chunk of its K range in flight at once where it fits
 # the kernel's launch arguments, in order (runtime/kernels.py fills them)
 ARGS = ["input", "weight", "output", "bias", "residual", "relu"]

@@ -55,8 +55,9 @@ class Engine:
     device: a runtime.cuda.Device already made (default: one for the current CUDA device).
     force: 'auto' (per layer from the zero counter), 'dense' or 'sparse' everywhere.
     precision: None (the bundle's, `snn-codegen build --precision`), or the one the caller expects; one other
-    than the bundle's is refused. 'fp32' is exact; 'bf16' / 'fp16' run every conv on cuDNN's tensor cores
-    with its bias, residual and ReLU fused into the call, DenseNet's pre-activations in the bundle's 16-bit
+    than the bundle's is refused. 'fp32' is exact; 'bf16' / 'fp16' run every conv on the tensor cores with its
+    bias, residual and ReLU fused into one launch (cuDNN's, or the bundle's tensor-core kernel where it measured
+    faster for the layer at load: runtime/tensorcore.py), DenseNet's pre-activations in the bundle's 16-bit
     epilogue kernel, the logits in that precision (runtime/executor.py; force is then 'dense').
     """
 
@@ -89,6 +90,14 @@ class Engine:
         # 16 bits: cuDNN does the convs' epilogues, the bundle's epilogue kernel DenseNet's BN + ReLU
         backend = CudaBackend(self.device, self.cache)
         self.executor = Executor(self.net, sd, backend, self.cache, "cuda", force, trace, precision)
+        if precision != "fp32":  # per layer, the faster of cuDNN and the bundle's tensor-core kernels, measured now
+            from . import tensorcore
+            if tensorcore.enabled():
+                self.executor.tensorcore = tensorcore.TensorCoreConvs(self.executor, self.device)
+                with self.executor.torch.inference_mode():
+                    for b in self.cache.batches:
+                        if b <= batch:
+                            self.executor.tensorcore.choose(b)
         self.graph = None
         if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)
             from .graph import GraphRunner, GraphUnavailable

@@ -213,6 +213,7 @@ class Executor:
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
+        self.tensorcore = None  # 16 bits: runtime/tensorcore.TensorCoreConvs, where the bundle has such kernels
         self._workspace_cache: dict[str, dict] = {}
         self._last_trace: list[LayerTrace] | Callable[[], list[LayerTrace]] = []
 
@@ -308,24 +309,28 @@ class Executor:
         return y
 
     def dense_conv16(self, op: Op, inp, epi: Epilogue):
-        """conv + bias (+ residual) + ReLU as one cuDNN call on the tensor cores (torch.cudnn_convolution_relu /
-        _add_relu: cuDNN's fused graph), NHWC; zeros counted with torch where a counter asks (--trace)."""
-        torch, F = self.torch, self.torch.nn.functional
-        conv = self.convs[op.name]
-        s, w = conv.shape, op.attrs["weight"]
-        inp = inp.contiguous(memory_format=torch.channels_last)
-        if epi.relu and epi.residual is not None:
-            y = torch.cudnn_convolution_add_relu(inp, w, epi.residual, 1.0, epi.bias, s.stride, s.padding, (1, 1),
-                                                 conv.groups)
-        elif epi.relu:
-            y = torch.cudnn_convolution_relu(inp, w, epi.bias, s.stride, s.padding, (1, 1), conv.groups)
-        else:
-            y = F.conv2d(inp, w, epi.bias, s.stride, s.padding, 1, conv.groups)
-            if epi.residual is not None:
-                y = y + epi.residual
+        """conv + bias (+ residual) + ReLU in one launch on the tensor cores, NHWC: the bundle's tensor-core kernel
+        where runtime/tensorcore.py measured it faster for this layer and batch, else cuDNN's fused call; zeros
+        counted with torch where a counter asks (--trace)."""
+        inp = inp.contiguous(memory_format=self.torch.channels_last)
+        kernel = self.tensorcore.kernel(op.name, inp.shape[0]) if self.tensorcore is not None else None
+        y = self.tensorcore.run(op, inp, epi, kernel) if kernel else self.cudnn_conv16(op, inp, epi)
         if epi.counters is not None:
             epi.counters[epi.slot] += (y == 0).sum()
         return y
+
+    def cudnn_conv16(self, op: Op, inp, epi: Epilogue):
+        """cuDNN's fused graph (torch.cudnn_convolution_relu / _add_relu) on a channels_last input."""
+        torch, F = self.torch, self.torch.nn.functional
+        conv = self.convs[op.name]
+        s, w = conv.shape, op.attrs["weight"]
+        if epi.relu and epi.residual is not None:
+            return torch.cudnn_convolution_add_relu(inp, w, epi.residual, 1.0, epi.bias, s.stride, s.padding,
+                                                    (1, 1), conv.groups)
+        if epi.relu:
+            return torch.cudnn_convolution_relu(inp, w, epi.bias, s.stride, s.padding, (1, 1), conv.groups)
+        y = F.conv2d(inp, w, epi.bias, s.stride, s.padding, 1, conv.groups)
+        return y + epi.residual if epi.residual is not None else y
 
     def epilogue_of(self, op: Op, env: dict, counters) -> Epilogue:
         """The conv op's epilogue this pass: its fused bias + residual + ReLU + count, or its own bias."""

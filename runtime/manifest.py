@@ -222,6 +222,9 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
                 k = choice.get("kernel") if isinstance(choice, dict) else None
                 if k not in data["kernels"]:
                     raise stale(f"layer '{name}' batch {b} level {level}: kernel {k!r} is not in 'kernels'")
+            for k in entry.get("tensorcore", []):
+                if k not in data["kernels"]:
+                    raise stale(f"layer '{name}' batch {b}: tensor-core kernel {k!r} is not in 'kernels'")
             if "threshold" in entry and not isinstance(entry["threshold"], (int, float)):
                 raise stale(f"layer '{name}' batch {b}: threshold {entry['threshold']!r} is not a number")
         layers[name] = layer
@@ -249,6 +252,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
     used |= {c["kernel"] for layer in layers.values()
              for lv in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()
              for c in lv.get("candidates", [])}
+    used |= {k for layer in layers.values() for k in (layer.get("batches") or {}).get(str(batch), {}).get("tensorcore", [])}
     problems = bundle_format.verify(path.parent, data, used)
     if problems:
         raise stale(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

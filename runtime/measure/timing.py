@@ -35,6 +35,24 @@ def event_median_s(torch, fn, reps: int, warmup: int = 3) -> float:
     return statistics.median(ts)
 
 
+def graph_call_s(torch, fn, calls: int = 10, reps: int = 15) -> float:
+    """Seconds a call of fn when `calls` of them run back to back in one CUDA graph, as a network's layers do
+    (median of `reps` replays over `calls`); fn must be capturable (no host sync, no new allocation pattern)."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    t = event_median_s(torch, g.replay, reps, warmup=2) / calls
+    del g
+    return t
+
+
 def wall_times_ms(fn, inputs, reps: int, warmup: int, sync) -> list[float]:
     """Wall time (ms) of `reps` whole calls fn(x), x rotating over inputs, each between two sync() calls,
     after `warmup` untimed ones: the host's part counts, as it does for a user."""

@@ -120,13 +120,18 @@ nodes:
 @pytest.mark.parametrize("graph", [True, False])
 @pytest.mark.parametrize("text", [RESNET_BLOCK, DENSE_BLOCK], ids=["resnet", "densenet"])
 def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tmp_path, precision, graph, text):
-    """A bf16 / fp16 bundle: cuDNN's fused conv + bias (+ residual) + ReLU on every conv, DenseNet's
-    pre-activations in the bundle's epilogue kernel; the logits' error against float64 within 1.5x that of the
+    """A bf16 / fp16 bundle: the tensor-core kernels (forced onto every layer that has them) or cuDNN's fused conv +
+    bias (+ residual) + ReLU on every conv, DenseNet's pre-activations in the bundle's epilogue kernel; the logits' error against float64 within 1.5x that of the
     same spec run by torch in the same precision, and finite."""
     spec = tmp_path / "net.yaml"
     spec.write_text(text)
     b = snn.build(str(spec), gpu="auto", batch=[4], out=tmp_path / "gen", precision=precision).manifest_path.parent
     engine = snn.load(b, batch=4, graph=graph)  # the bundle's precision
+    tcc = engine.executor.tensorcore   # every layer with tensor-core kernels on its first one, whatever was faster
+    forced = {conv: tcc.kernels(conv, 4)[0] for conv in engine.executor.convs if tcc.kernels(conv, 4)}
+    tcc.choice.update({(conv, 4): k for conv, k in forced.items()})
+    assert sorted(forced) == (["c1", "c2"] if text is RESNET_BLOCK else []), forced
+    assert {m["layer"] for m in tcc.measured} == set(forced)
     net = load_spec(b / "spec.yaml")
     sd, _, _ = weights.load(net, None, 0, device="cuda")
     x = torch.randn(4, 3, 16, 16, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
@@ -142,8 +147,8 @@ def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tm
     if text is DENSE_BLOCK:
         assert launched and set(launched) == {f"snn_epilogue_{precision}"} and len(launched) % 4 == 0, launched
         assert graph or len(launched) == 4
-    else:
-        assert not launched
+    else:   # c1 (3x3) and c2 (1x1, the residual added) on the tensor-core kernels, nothing else of ours
+        assert launched and set(launched) == set(forced.values()) and len(launched) % 2 == 0, launched
     if graph:
         y = engine(x.clone())   # a replay
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]

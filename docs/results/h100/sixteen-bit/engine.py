@@ -1,6 +1,7 @@
 """snn's 16-bit engine on its own: `snn.load(bundle, precision=...)` for ResNet-152, its CUDA graph's replay (CUDA
 events, median of 50) and a whole engine call (wall, synchronised, median of 50), in BF16 and FP16, with cuDNN's
-benchmark mode on and off; no other model in the process (`bench e2e` runs the baselines and torch.compile first).
+benchmark mode on and off, and how many convs run on the bundle's tensor-core kernels (SNN_TENSORCORE=0: none);
+no other model in the process (`bench e2e` runs the baselines and torch.compile first).
 Seeded random weights, a random input.
 
     python3 engine.py OUT.json [--batch 1]
@@ -38,8 +39,12 @@ def main(argv=None):
                 row = {"precision": p, "batch": a.batch, "cudnn_benchmark": bench,
                        "replay_ms": round(event_median_s(torch, replay, 50, warmup=5) * 1e3, 4),
                        "call_ms": round(statistics.median(wall_times_ms(e, [x], 50, 5, torch.cuda.synchronize)), 4)}
+                tcc = e.executor.tensorcore   # None with SNN_TENSORCORE=0
+                row["tensorcore_convs"] = sum(k is not None for k in tcc.choice.values()) if tcc else 0
+                if tcc:
+                    row["tensorcore_measured"] = tcc.measured
                 rows.append(row)
-                print(row, flush=True)
+                print({k: v for k, v in row.items() if k != "tensorcore_measured"}, flush=True)
                 del e, replay
                 torch.cuda.empty_cache()
     a.out.write_text(json.dumps({"environment": env.info(), "rows": rows}, indent=1))

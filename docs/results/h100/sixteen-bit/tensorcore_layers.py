@@ -3,7 +3,7 @@
 For each distinct (shape, epilogue) of the network's convs that the kernel takes, at each batch and precision:
 the kernel with each of `tensorcore.candidates` (the configs the runtime measures) and with every other config, and cuDNN's fused conv + bias
 (+ residual) + ReLU as the 16-bit engine calls it (channels_last). Time: 20 launches of one layer captured in a
-CUDA graph, replay time / 20 (CUDA events, median of 30): back-to-back as in the network's graph. Checked against
+CUDA graph, replay time / 20 (CUDA events, median of 30; timing.graph_call_s, the timer the runtime chooses with): back-to-back as in the network's graph. Checked against
 float64 on the same 16-bit inputs (post-ReLU-like, 0.5 of them zero), outputs poisoned first: the kernel's
 largest error over the output's largest magnitude against cuDNN's.
 
@@ -12,8 +12,8 @@ largest error over the output's largest magnitude against cuDNN's.
 CUBIN_DIR holds the kernels; those it lacks are compiled first (nvcc, 16 at a time; `--compile-only` stops there).
 """
 import argparse
+import ctypes
 import json
-import statistics
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -86,7 +86,7 @@ def main(argv=None):
 
     import torch
     from snn.runtime.cuda import Device, torch_dtype
-    from snn.runtime.measure.timing import Env, event_median_s
+    from snn.runtime.measure.timing import Env, graph_call_s
     env = Env()
     dev = Device()
     torch.backends.cudnn.benchmark = True
@@ -116,7 +116,7 @@ def main(argv=None):
                     return torch.cudnn_convolution_relu(x, w, bias, shape.stride, shape.padding, (1, 1), 1)
                 out_c = cudnn()
                 err_c = (out_c.double() - ref).abs().max().item() / scale
-                t_c = graph_time(torch, cudnn)
+                t_c = graph_call_s(torch, cudnn, REPEAT, 30)
                 row = {"shape": shape.tag(), "residual": res, "convs": len(names), "batch": b, "precision": p,
                        "cudnn_us": round(t_c * 1e6, 3), "cudnn_err": err_c, "configs": []}
                 bias32 = bias.float()
@@ -138,7 +138,7 @@ def main(argv=None):
                     launch()
                     torch.cuda.synchronize()
                     err = (out.double() - ref).abs().max().item() / scale
-                    t = graph_time(torch, launch)
+                    t = graph_call_s(torch, launch, REPEAT, 30)
                     row["configs"].append({"config": cfg.tag(), "candidate": cfg in cands, "us": round(t * 1e6, 3),
                                            "err": err, "blocks": tc.grid(shape, b, cfg)})
                 best = min(row["configs"], key=lambda c: c["us"])
@@ -162,24 +162,7 @@ def main(argv=None):
     return 0
 
 
-import ctypes  # noqa: E402
 _vp, _i32 = ctypes.c_void_p, ctypes.c_int
-
-
-def graph_time(torch, fn) -> float:
-    """Seconds a call, from a CUDA graph of REPEAT calls (median of 30 replays)."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(REPEAT):
-            fn()
-    from snn.runtime.measure.timing import event_median_s
-    return event_median_s(torch, g.replay, 30, warmup=5) / REPEAT
 
 
 if __name__ == "__main__":
