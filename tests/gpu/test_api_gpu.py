@@ -137,9 +137,9 @@ def test_sixteen_bit_engine_is_as_close_to_float64_as_torch_in_that_precision(tm
     x = torch.randn(4, 3, 16, 16, device="cuda", generator=torch.Generator("cuda").manual_seed(2))
     launched, launch = [], engine.executor.backend.dev.launch
 
-    def counted(cubin, name, *args):
+    def counted(cubin, name, *args, **kw):
         launched.append(name)
-        return launch(cubin, name, *args)
+        return launch(cubin, name, *args, **kw)
     engine.executor.backend.dev.launch = counted   # the first call runs every launch (a graph: its warm-up passes too)
     y = engine(x)
     engine.executor.backend.dev.launch = launch
