@@ -9,10 +9,11 @@
               stay in registers)
     bundle    <out>/<network>/<gpu>/: manifest.json, cubins/, src/, spec.yaml (codegen/bundle.py)
 
-A bf16 / fp16 build (--precision) plans and renders no conv kernels: every conv of the 16-bit engine runs
-dense on cuDNN's tensor cores with its bias, residual and ReLU fused into the call. It compiles one kernel, the
-epilogue in that precision (what cuDNN's call does not fuse: DenseNet's pre-activation batchnorm + ReLU); the
-bundle is the spec, that cubin and a manifest that records the precision and every conv as dense.
+A bf16 / fp16 build (--precision) plans no sparse kernels: every conv of the 16-bit engine runs dense on the
+tensor cores with its bias, residual and ReLU fused into one launch. It compiles the epilogue in that precision
+(what a conv launch does not fuse: DenseNet's pre-activation batchnorm + ReLU) and, per conv and batch up to 4,
+the tensor-core kernels the engine measures against cuDNN at load (codegen/tensorcore.py); the bundle is the spec,
+those cubins and a manifest that records the precision and every conv as dense.
 
 Nothing here imports torch or needs a GPU, and nothing here reads what `snn-run calibrate` writes.
 The planning and rendering stages are reached through `Stages` (see `default_stages`, the one place

@@ -83,7 +83,7 @@ class Engine:
         precision = self.cache.precision  # settled: the bundle's (a different one asked for was refused)
         if precision != "fp32":
             if force == "sparse":
-                raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
+                raise RunError(f"{precision} runs every conv dense on the tensor cores: the sparse path needs fp32")
             force = "dense"
         self.batch, self.force, self.precision = batch, force, precision
         sd, self.class_names, self.warning = weights_mod.load(self.net, weights, seed, device="cuda")

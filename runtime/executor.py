@@ -186,7 +186,7 @@ class Executor:
 
     cache: a manifest.Cache (or None: everything dense). force: 'auto' | 'dense' | 'sparse'.
     precision: 'fp32' (exact: the sparse kernels and cuDNN with TF32 off), or 'bf16' / 'fp16': activations and
-    weights in 16 bits, every conv dense on cuDNN's tensor cores with its bias, residual and ReLU fused into the
+    weights in 16 bits, every conv dense on the tensor cores with its bias, residual and ReLU fused into the
     one cuDNN call (force must be 'dense': the 16-bit sparse kernel lost to them on every measured layer,
     docs/performance.md); the epilogue ops (DenseNet's pre-activations) go to the backend, which launches the
     bundle's 16-bit epilogue kernel (CudaBackend) or runs torch ops (TorchBackend).
@@ -199,7 +199,7 @@ class Executor:
         if precision not in PRECISIONS:
             raise RunError(f"the precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
         if precision != "fp32" and force != "dense":
-            raise RunError(f"{precision} runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32")
+            raise RunError(f"{precision} runs every conv dense on the tensor cores: the sparse path needs fp32")
         torch = self.torch = import_torch()
         self.net, self.backend, self.cache, self.device = net, backend, cache, torch.device(device)
         self.force, self.trace = force, trace

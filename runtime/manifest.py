@@ -236,7 +236,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
     tpath, rows = None, []
     if sixteen and tuning_path:
         raise CacheError(f"{tuning_path}: a {built_for} bundle has no sparse kernels, so no tuning applies to it "
-                         f"({path}: every conv runs dense on cuDNN's tensor cores)")
+                         f"({path}: every conv runs dense on the tensor cores)")
     if tuning_path is not False and not sixteen:
         tpath = Path(tuning_path) if tuning_path else path.parent / bundle_format.TUNING
         if tuning_path and not tpath.is_file():

@@ -212,7 +212,7 @@ def test_engine_runs_the_bundles_precision(spec, tmp_path):
     """precision None is the bundle's: a bf16 bundle's engine is dense, so force='sparse' is refused (before
     anything loads weights)."""
     r = build16(spec, tmp_path)
-    with pytest.raises(RunError, match="^bf16 runs every conv dense on cuDNN's tensor cores: the sparse path needs fp32"):
+    with pytest.raises(RunError, match="^bf16 runs every conv dense on the tensor cores: the sparse path needs fp32"):
         Engine(r.manifest_path.parent, force="sparse", device=FakeDevice())
     with pytest.raises(RunError, match=r"built for bf16, the run asks for fp16; rebuild with: .* --precision fp16$"):
         Engine(r.manifest_path.parent, device=FakeDevice(), precision="fp16")

@@ -113,7 +113,7 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
               reps: int = 20, warmup: int = 3, graphs: bool = True, energy: bool = True,
               cpu_dry_run: bool = False, log=print, checkpoint=None, snn_precisions=("bf16", "fp16")) -> dict:
     """profiles: measure.profiles.Profile list (none: the weights' own sparsity, one run labelled 'weights').
-    snn_precisions: snn's 16-bit precisions also timed (every conv dense on cuDNN's tensor cores, fused), on the
+    snn_precisions: snn's 16-bit precisions also timed (every conv dense on the tensor cores, fused), on the
     first profile's weights, against the baselines of the same precision: error against float64 and top-5."""
     from ..executor import Executor, reference
     net: Network = load_spec(spec)
@@ -226,7 +226,7 @@ def _bundle16(spec: str, cache, batches: list[int], precision: str, out: str):
 
 
 def _snn16_run(env, net, sd_cpu, cache16, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
-    """snn in 16 bits (every conv on cuDNN's tensor cores, bias / residual / ReLU fused, the bundle's epilogue
+    """snn in 16 bits (every conv on the tensor cores, bias / residual / ReLU fused, the bundle's epilogue
     kernel for what cuDNN does not fuse): its time, its error against float64 next to the baselines' of the same
     precision, its top-5 against the eager model's. The run snn.load makes of a 16-bit bundle (cache16)."""
     from ..executor import Executor

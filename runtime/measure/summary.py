@@ -167,7 +167,7 @@ def e2e_markdown(d: dict) -> list[str]:
                      f"{_f(r['rel_err_vs_fp64'], '{:.1e}')} |")
     sixteen = [(b, p, s) for b in sorted(runs, key=int) for p, s in runs[b].get("snn16", {}).items()]
     if sixteen:
-        lines += ["", "snn in 16 bits (every conv on cuDNN's tensor cores, bias / residual / ReLU fused into the "
+        lines += ["", "snn in 16 bits (every conv on the tensor cores, bias / residual / ReLU fused into the "
                   "call; on the baselines' weights): against the strongest baseline of the same precision and the "
                   "strongest overall; error against FP64 over the eager model's in that precision; top-5 identical "
                   "to it:", "",
