@@ -87,7 +87,7 @@ class Engine:
             force = "dense"
         self.batch, self.force, self.precision = batch, force, precision
         sd, self.class_names, self.warning = weights_mod.load(self.net, weights, seed, device="cuda")
-        # 16 bits: cuDNN does the convs' epilogues, the bundle's epilogue kernel DenseNet's BN + ReLU
+        # 16 bits: each conv's launch applies its epilogue, the bundle's epilogue kernel DenseNet's BN + ReLU
         backend = CudaBackend(self.device, self.cache)
         self.executor = Executor(self.net, sd, backend, self.cache, "cuda", force, trace, precision)
         if precision != "fp32":  # per layer, the faster of cuDNN and the bundle's tensor-core kernels, measured now

@@ -247,12 +247,10 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
         else:
             tpath = None
     # every cubin this batch size can run, inside the bundle and intact; then absolute paths in memory
-    used = {c["kernel"] for layer in layers.values()
-            for c in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()}
-    used |= {c["kernel"] for layer in layers.values()
-             for lv in (layer.get("batches") or {}).get(str(batch), {}).get("levels", {}).values()
-             for c in lv.get("candidates", [])}
-    used |= {k for layer in layers.values() for k in (layer.get("batches") or {}).get(str(batch), {}).get("tensorcore", [])}
+    entries = [(layer.get("batches") or {}).get(str(batch), {}) for layer in layers.values()]
+    used = {c["kernel"] for e in entries for c in e.get("levels", {}).values()}
+    used |= {c["kernel"] for e in entries for lv in e.get("levels", {}).values() for c in lv.get("candidates", [])}
+    used |= {k for e in entries for k in e.get("tensorcore", [])}
     problems = bundle_format.verify(path.parent, data, used)
     if problems:
         raise stale(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

@@ -80,7 +80,6 @@ class TensorCoreConvs:
                 x = x.contiguous(memory_format=torch.channels_last)
                 r = (torch.randn(batch, s.N, s.P, s.Q, device="cuda", generator=gen).to(self.ex.dtype)
                      .contiguous(memory_format=torch.channels_last) if res else None)
-                _, bias = self._operands(op)
                 epi = Epilogue(ep["shift"] if ep else op.attrs.get("bias"), r, relu)
                 times = {None: graph_call_s(torch, lambda: self.ex.cudnn_conv16(op, x, epi))}
                 for n in names:
