@@ -3,12 +3,13 @@ tile shape, K split in and out of a cluster, strides, padding, a batch whose pix
 residual and the ReLU; outputs poisoned first. Its error must stay within 1.5x cuDNN's on the same inputs."""
 import ctypes
 import shutil
-import subprocess
 
 import pytest
 import torch
 
 from snn.codegen import tensorcore as tc
+from snn.codegen.cache import CubinCache
+from snn.codegen.compile import Compiler
 from snn.codegen.spec import ConvShape
 from snn.runtime.cuda import Device
 
@@ -33,9 +34,7 @@ def dev():
 def test_tensorcore_kernel_matches_float64(dev, tmp_path, precision, case):
     shape, b, cfg, res, relu = CASES[case]
     fn, src = tc.render(shape, b, cfg, precision)
-    (tmp_path / f"{fn}.cu").write_text(src)
-    subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-o", str(tmp_path / f"{fn}.cubin"),
-                    str(tmp_path / f"{fn}.cu")], check=True)
+    cubin = Compiler(CubinCache(tmp_path)).compile({fn: src}, "sm_90").records[fn]["cubin"]
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
     g = torch.Generator("cuda").manual_seed(case)
     cl = torch.channels_last
@@ -50,7 +49,7 @@ def test_tensorcore_kernel_matches_float64(dev, tmp_path, precision, case):
     out = torch.full((b, shape.N, shape.P, shape.Q), float("nan"), device="cuda", dtype=dt).contiguous(memory_format=cl)
     args = [(x.data_ptr(), ctypes.c_void_p), (w.data_ptr(), ctypes.c_void_p), (out.data_ptr(), ctypes.c_void_p),
             (bias.data_ptr(), ctypes.c_void_p), (r.data_ptr() if res else 0, ctypes.c_void_p), (int(relu), ctypes.c_int)]
-    dev.launch(tmp_path / f"{fn}.cubin", fn, tc.grid(shape, b, cfg), [tc.THREADS], tc.smem_bytes(cfg), args)
+    dev.launch(cubin, fn, tc.grid(shape, b, cfg), [tc.THREADS], tc.smem_bytes(cfg), args)
     torch.cuda.synchronize()
     assert torch.isfinite(out).all()   # every output written
     # cuDNN in the same precision, same inputs (its bias rounded to 16 bits, as the engine passes it)
