@@ -9,14 +9,12 @@ largest error over the output's largest magnitude against cuDNN's.
 
     python3 tensorcore_layers.py OUT.json CUBIN_DIR [--net resnet152] [--batch 1,8] [--precision bf16,fp16]
 
-CUBIN_DIR holds the kernels; those it lacks are compiled first (nvcc, 16 at a time; `--compile-only` stops there).
+CUBIN_DIR: a compiler cache (codegen/cache.py); the kernels it lacks are compiled first (`--compile-only` stops there).
 """
 import argparse
 import ctypes
 import json
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from snn.codegen import tensorcore as tc
@@ -47,24 +45,14 @@ def kernels(net, batches, precisions, every=True):
                     yield shape, res, names, b, p, cfg, cfg in cands
 
 
-def compile_all(net, batches, precisions, cubins: Path, jobs=16, every=True):
-    cubins.mkdir(parents=True, exist_ok=True)
-    todo = {}
-    for shape, _, _, b, p, cfg, _ in kernels(net, batches, precisions, every):
-        fn, src = tc.render(shape, b, cfg, p)
-        if not (cubins / f"{fn}.cubin").exists():
-            todo[fn] = src
-
-    def one(item):
-        fn, src = item
-        cu = cubins / f"{fn}.cu"
-        cu.write_text(src)
-        subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-O3", "-std=c++17", "-o", str(cubins / f"{fn}.cubin"),
-                        str(cu)], check=True)
-        cu.unlink()
-    with ThreadPoolExecutor(jobs) as ex:
-        list(ex.map(one, todo.items()))
-    print(f"compiled {len(todo)} kernels into {cubins}")
+def compile_all(net, batches, precisions, cubins: Path, jobs=16, every=True) -> dict[str, str]:
+    """Every kernel's cubin path, compiled through the project's Compiler into the cache at `cubins`."""
+    from snn.codegen.cache import CubinCache
+    from snn.codegen.compile import Compiler
+    sources = dict(tc.render(shape, b, cfg, p) for shape, _, _, b, p, cfg, _ in kernels(net, batches, precisions, every))
+    records = Compiler(CubinCache(cubins), jobs).compile(sources, "sm_90").records
+    print(f"{len(records)} kernels in {cubins}")
+    return {fn: rec["cubin"] for fn, rec in records.items()}
 
 
 def main(argv=None):
@@ -80,7 +68,7 @@ def main(argv=None):
     net = load_spec(f"network_specs/{a.net}.yaml")
     batches = [int(x) for x in a.batch.split(",")]
     precisions = a.precision.split(",")
-    compile_all(net, batches, precisions, a.cubins, every=a.all_configs)  # what the folder lacks
+    cubin_of = compile_all(net, batches, precisions, a.cubins, every=a.all_configs)  # what the cache lacks
     if a.compile_only:
         return 0
 
@@ -125,7 +113,7 @@ def main(argv=None):
                 cfgs = cands + ([c for c in tc.configs(shape) if c not in cands] if every else [])
                 for cfg in cfgs:
                     fn, _ = tc.render(shape, b, cfg, p)
-                    cubin = a.cubins / f"{fn}.cubin"
+                    cubin = cubin_of[fn]
                     out = torch.empty(b, shape.N, shape.P, shape.Q, device="cuda", dtype=dt,
                                       memory_format=torch.channels_last)
                     args = [(x.data_ptr(), _vp), (w.data_ptr(), _vp), (out.data_ptr(), _vp),
