@@ -245,11 +245,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     records = compiled.records
 
     # the register tile must stay in registers; launches must name functions the cubin has
-    bad = [f"{name} ({'; '.join(probs)})" for name, rec in records.items() if (probs := problems(rec))]
-    if bad:
-        raise UserError(f"kernel {bad[0]} has a stack frame or spills: its register tile does not stay in "
-                        f"registers" + (f"; also {len(bad) - 1} more: " + ", ".join(b.split(' ')[0] for b in bad[1:])
-                                        if len(bad) > 1 else ""))
+    _refuse_spills(records, ": its register tile does not stay in registers")
     for name, k in emitted.items():
         entries = {n for n, d in records[name]["functions"].items() if d["entry"]}
         for step in k.steps:
@@ -305,10 +301,7 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
         raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
     compiled = compiler.compile(sources, arch, force)
     records = compiled.records
-    bad = [f"{name} ({'; '.join(probs)})" for name, rec in records.items() if (probs := problems(rec))]
-    if bad:
-        raise UserError(f"kernel {bad[0]} has a stack frame or spills" +
-                        (f"; also {len(bad) - 1} more" if len(bad) > 1 else ""))
+    _refuse_spills(records)
     _check_epilogue(records, epi_name, precision)
     try:
         placed = bundle.write_cubins(out_dir, records)
@@ -337,6 +330,15 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
         raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
     return BuildResult(manifest_path, manifest, len(net.convs), len(wanted), len(records), compiled.hits,
                        compiled.compiled, written, render_s, compiled.seconds, time.perf_counter() - t_start)
+
+
+def _refuse_spills(records: dict, why: str = "") -> None:
+    """UserError naming the first kernel with a stack frame or spills (and how many more)."""
+    bad = [f"{name} ({'; '.join(probs)})" for name, rec in records.items() if (probs := problems(rec))]
+    if bad:
+        raise UserError(f"kernel {bad[0]} has a stack frame or spills{why}"
+                        + (f"; also {len(bad) - 1} more: " + ", ".join(b.split(' ')[0] for b in bad[1:])
+                           if len(bad) > 1 else ""))
 
 
 def _check_epilogue(records: dict, epi_name: str, precision: str) -> None:
