@@ -5,13 +5,15 @@ import ctypes
 import shutil
 
 import pytest
-import torch
 
-from snn.codegen import tensorcore as tc
-from snn.codegen.cache import CubinCache
-from snn.codegen.compile import Compiler
-from snn.codegen.spec import ConvShape
-from snn.runtime.cuda import Device
+torch = pytest.importorskip("torch")
+pytest.importorskip("cuda.bindings.driver")
+
+from snn.codegen import tensorcore as tc  # noqa: E402
+from snn.codegen.cache import CubinCache  # noqa: E402
+from snn.codegen.compile import Compiler  # noqa: E402
+from snn.codegen.spec import ConvShape  # noqa: E402
+from snn.runtime.cuda import Device  # noqa: E402
 
 NVCC = shutil.which("nvcc")
 CASES = [  # shape, batch, config, residual, relu
