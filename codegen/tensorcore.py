@@ -18,7 +18,8 @@ THREADS = 128          # 2 x 2 warps
 CLUSTER_MAX = 8        # the portable cluster size
 # at batch 8 cuDNN's own tiles fill the GPU and this kernel took 1.5-3x its time on every ResNet-152 layer
 MAX_BATCH = 4
-SMEM_MAX = 200 * 1024  # a block's pipeline: every chunk of its K range in flight at once where it fits
+SMEM_MAX = 200 * 1024  # a block's pipeline with every chunk of its K range in flight, where it fits
+PIPELINE = 3           # stages of the candidates' pipelines: measured best at batch 1 (deeper ones wait longer)
 # the kernel's launch arguments, in order (runtime/kernels.py fills them)
 ARGS = ["input", "weight", "output", "bias", "residual", "relu"]
 
@@ -29,9 +30,10 @@ class TcConfig:
     bn: int        # output channels a block tile (32 or 64)
     ks: int        # blocks of a cluster splitting the K range (1: no cluster)
     stages: int    # cp.async pipeline depth
+    bk: int = BK   # channels a chunk (C % bk == 0)
 
     def tag(self) -> str:
-        return f"m{self.bm}n{self.bn}k{self.ks}s{self.stages}"
+        return f"m{self.bm}n{self.bn}k{self.ks}s{self.stages}" + (f"c{self.bk}" if self.bk != BK else "")
 
 
 def eligible(shape: ConvShape, groups: int = 1) -> bool:
@@ -39,32 +41,37 @@ def eligible(shape: ConvShape, groups: int = 1) -> bool:
     return groups == 1 and shape.C % BK == 0 and shape.N % 32 == 0
 
 
-def chunks(shape: ConvShape) -> int:
-    return shape.R * shape.S * shape.C // BK
+def chunks(shape: ConvShape, bk: int = BK) -> int:
+    return shape.R * shape.S * shape.C // bk
 
 
 def smem_bytes(cfg: TcConfig) -> int:
-    pipeline = cfg.stages * (cfg.bm + cfg.bn) * (BK + 8) * 2
+    pipeline = cfg.stages * (cfg.bm + cfg.bn) * (cfg.bk + 8) * 2
     reduce = cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 else 0
     return max(pipeline, reduce)
 
 
+def chunk_widths(shape: ConvShape) -> tuple[int, ...]:
+    """Chunk widths (channels) the shape takes: 64 halves the pipeline's steps and barriers where C allows."""
+    return (BK, 2 * BK) if shape.C % (2 * BK) == 0 else (BK,)
+
+
 def configs(shape: ConvShape) -> list[TcConfig]:
-    """Every config the kernel supports for this shape."""
-    nk = chunks(shape)
+    """Every config the kernel supports for this shape: tile, chunk width, K split, and a pipeline of
+    PIPELINE stages or every chunk of the block's K range in flight at once (where shared memory allows)."""
     out = []
     for bm in (32, 64):
         for bn in (32, 64):
             if shape.N % bn:
                 continue
-            for ks in range(1, CLUSTER_MAX + 1):
-                if ks > nk:
-                    break
-                # batch-1 blocks are latency-bound: all their chunks requested at once where shared memory allows
-                per_stage = (bm + bn) * (BK + 8) * 2
-                stages = max(2, min(math.ceil(nk / ks), SMEM_MAX // per_stage))
-                out.append(TcConfig(bm, bn, ks, stages))
-    return out
+            for bk in chunk_widths(shape):
+                nk = chunks(shape, bk)
+                per_stage = (bm + bn) * (bk + 8) * 2
+                for ks in range(1, min(CLUSTER_MAX, nk) + 1):
+                    per_block = math.ceil(nk / ks)
+                    for stages in sorted({min(PIPELINE, per_block), min(per_block, SMEM_MAX // per_stage)}):
+                        out.append(TcConfig(bm, bn, ks, max(2, stages), bk))
+    return sorted(set(out))
 
 
 def grid(shape: ConvShape, batch: int, cfg: TcConfig) -> list[int]:
@@ -73,24 +80,24 @@ def grid(shape: ConvShape, batch: int, cfg: TcConfig) -> list[int]:
 
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132) -> list[TcConfig]:
-    """The configs the runtime measures against cuDNN (runtime/tensorcore.py): per tile shape the largest K split
-    whose blocks fit one wave of one block an SM (the batch-1 kernel is latency-bound: fewer chunks a block, and
-    no second wave), and for 64 x 64 tiles the two splits below it (measured best on ResNet-152's 3x3 convs).
-    Measured on the H100 at batch 1 (docs/results/h100/sixteen-bit/tensorcore_layers.py), the best of these was
-    within 1.01x of the best config of every ResNet-152 layer."""
-    by_tile: dict[tuple[int, int], list[TcConfig]] = {}
-    for c in configs(shape):
-        by_tile.setdefault((c.bm, c.bn), []).append(c)
+    """The configs the runtime measures against cuDNN (runtime/tensorcore.py): the widest chunk the shape takes
+    and a PIPELINE-stage pipeline; per tile shape the largest K split whose blocks fit one wave of one block an
+    SM (the batch-1 kernel is latency-bound: fewer chunks a block, and no second wave), and for 64 x 64 tiles
+    the two splits below it. Measured on the H100 at batch 1 in ResNet-152's graph (BF16), these were within
+    1.01x of the best of 30-46 configs a layer, summed over the network, and 64-channel chunks with 3 stages
+    beat 32-channel chunks with every chunk in flight by 10 % (docs/kernels.md)."""
+    bk = max(chunk_widths(shape))
+    nk = chunks(shape, bk)
     out = []
-    for tile in ((64, 64), (32, 64), (64, 32), (32, 32)):
-        cs = by_tile.get(tile)
-        if not cs:
+    for bm, bn in ((64, 64), (32, 64), (64, 32), (32, 32)):
+        if shape.N % bn:
             continue
-        fit = [c for c in cs if math.prod(grid(shape, batch, c)) <= sms]
-        best = max(fit, key=lambda c: c.ks) if fit else cs[0]
-        out.append(best)
-        if tile == (64, 64):
-            out += [c for c in cs if c.ks in (best.ks - 1, best.ks - 2)]
+        splits = range(1, min(CLUSTER_MAX, nk) + 1)
+        fit = [ks for ks in splits if math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn) * ks <= sms]
+        best = max(fit, default=1)
+        for ks in ([best, best - 1, best - 2] if (bm, bn) == (64, 64) else [best]):
+            if ks >= 1:
+                out.append(TcConfig(bm, bn, ks, max(2, min(PIPELINE, math.ceil(nk / ks))), bk))
     return out
 
 
@@ -103,12 +110,12 @@ def render(shape: ConvShape, batch: int, cfg: TcConfig, precision: str) -> tuple
     from .emit import _env
     if precision not in ("bf16", "fp16"):
         raise ValueError(f"the tensor-core kernel is 16-bit only, got {precision!r}")
-    if not eligible(shape):
-        raise ValueError(f"{shape.tag()}: the tensor-core kernel needs C % {BK} == 0 and N % 32 == 0")
+    if not eligible(shape) or shape.C % cfg.bk:
+        raise ValueError(f"{shape.tag()}: the tensor-core kernel needs C % {cfg.bk} == 0 and N % 32 == 0")
     fn = name(shape, batch, cfg, precision)
     g = {"C": shape.C, "N": shape.N, "H": shape.H, "W": shape.W, "P": shape.P, "Q": shape.Q, "R": shape.R,
          "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
          "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "K": shape.R * shape.S * shape.C,
-         "BM": cfg.bm, "BN": cfg.bn, "KS": cfg.ks, "STAGES": cfg.stages, "B": batch, "PREC": precision}
+         "BM": cfg.bm, "BN": cfg.bn, "BK": cfg.bk, "KS": cfg.ks, "STAGES": cfg.stages, "B": batch, "PREC": precision}
     src = _env().get_template("conv16_mma.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)
     return fn, src

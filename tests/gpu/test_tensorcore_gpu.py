@@ -22,6 +22,10 @@ CASES = [  # shape, batch, config, residual, relu
     (ConvShape(64, 256, 7, 9, 1, 1, (1, 1), (0, 0)), 3, tc.TcConfig(32, 64, 1, 2), True, True),
     (ConvShape(128, 64, 15, 13, 3, 3, (2, 2), (1, 1)), 2, tc.TcConfig(64, 32, 5, 8), False, False),
     (ConvShape(512, 128, 7, 7, 1, 1, (1, 1), (0, 0)), 1, tc.TcConfig(64, 64, 8, 2), True, True),
+    # 64-channel chunks: a pipeline shorter than the block's chunks, a cluster, ragged M, stride 2, residual
+    (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), 1, tc.TcConfig(64, 64, 8, 3, 64), False, True),
+    (ConvShape(128, 64, 15, 13, 3, 3, (2, 2), (1, 1)), 2, tc.TcConfig(32, 64, 3, 3, 64), False, False),
+    (ConvShape(64, 256, 7, 9, 1, 1, (1, 1), (0, 0)), 3, tc.TcConfig(64, 32, 1, 3, 64), True, True),
 ]
 
 
