@@ -34,7 +34,8 @@ from typing import Any, Callable
 from . import bundle, tensorcore
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
-from .emit import EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, PDL, epilogue_function
+from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_THREADS, MAXPOOL_VECTOR, PDL,
+                   epilogue_function, maxpool_function)
 from .errors import UserError
 from .spec import Network
 
@@ -53,6 +54,7 @@ class Stages:
     estimate_resources: Callable[..., tuple[int, int]]  # (shape, config) -> (regs, smem)
     load_gpu: Callable[[str], Any] | None = None
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
+    render_maxpool: Callable[..., tuple[str, str]] | None = None   # (precision="fp32") -> (name, source)
 
 
 def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
@@ -60,12 +62,12 @@ def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
-    from .emit import render_epilogue, render_selector, render_sparse
+    from .emit import render_epilogue, render_maxpool, render_selector, render_sparse
     from .gpu import load_gpu
     from .plan import estimate_resources, plan_network
     kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
     return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
-                  render_selector)
+                  render_selector, render_maxpool)
 
 
 def choice_candidates(choice) -> list:
@@ -122,7 +124,8 @@ class BuildResult:
         precision = bundle.precision(self.manifest)
         if precision != bundle.DEFAULT_PRECISION:
             what = (f"{precision}, {self.layers} conv layers, every one dense on the tensor cores ({self.kernels} "
-                    f"tensor-core kernels + the epilogue, {self.compiled} compiled"
+                    f"tensor-core kernels + the epilogue{' and the max pool' if 'maxpool' in self.manifest else ''}, "
+                    f"{self.compiled} compiled"
                     + (f"; {self.left_out} more left out: they spill" if self.left_out else "") + ")")
             return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                     + (f"up to date ({what}, built from the same inputs)" if self.up_to_date else what)
@@ -232,12 +235,15 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         emitted[name] = k
     epi_name, epi_source = stages.render_epilogue()
     sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
+    pool_name, pool_source = _maxpool_source(net, stages, bundle.DEFAULT_PRECISION)
     plan_render_s = time.perf_counter() - t0
 
     sources = {name: k.source for name, k in emitted.items()}
     sources[epi_name] = epi_source
     if sel_name:
         sources[sel_name] = sel_source
+    if pool_name:
+        sources[pool_name] = pool_source
     try:
         written = bundle.write_sources(out_dir, sources)
     except OSError as e:
@@ -255,12 +261,13 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
                 raise RuntimeError(f"kernel {name}: a step launches {step['function']!r} but the cubin has "
                                    f"{sorted(entries)}")
     _check_epilogue(records, epi_name, bundle.DEFAULT_PRECISION)
+    _check_maxpool(records, pool_name, bundle.DEFAULT_PRECISION)
 
     try:
         placed = bundle.write_cubins(out_dir, records)
         spec_file = bundle.write_spec(out_dir, spec_text)
         manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
-                             records, placed, epi_name, stages, spec_file, sel_name)
+                             records, placed, epi_name, stages, spec_file, sel_name, pool_name)
         if inputs is not None:
             manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
@@ -279,6 +286,9 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
     t0 = time.perf_counter()
     epi_name, epi_source = stages.render_epilogue(precision)
     sources = {epi_name: epi_source}
+    pool_name, pool_source = _maxpool_source(net, stages, precision)
+    if pool_name:
+        sources[pool_name] = pool_source
     wanted: dict[str, tuple] = {}  # kernel name -> (shape, batch, config)
     per_layer: dict[str, dict[str, list[str]]] = {}
     for c in net.convs:
@@ -303,8 +313,9 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
         raise UserError(f"cannot write to output directory {out_dir}: {e.strerror or e}") from None
     compiled = compiler.compile(sources, arch, force)
     records = compiled.records
-    _refuse_spills({epi_name: records[epi_name]})
+    _refuse_spills({n: records[n] for n in (epi_name, pool_name) if n})
     _check_epilogue(records, epi_name, precision)
+    _check_maxpool(records, pool_name, precision)
     # a tensor-core kernel is one option the runtime measures beside cuDNN: one that spills is left out, not fatal
     spilled = {fn for fn in wanted if problems(records[fn])}
     if spilled:
@@ -326,6 +337,8 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
                     "nvcc": tc.version, "spec": spec_file, "dense_reason": bundle.DENSE_16BIT,
                     "epilogue": {**_epilogue_entry(placed[epi_name], records[epi_name], precision),
                                  "vector": EPILOGUE16_VECTOR},
+                    **({"maxpool": _maxpool_entry(placed[pool_name], records[pool_name], precision)}
+                       if pool_name else {}),
                     "kernels": kernels,
                     "layers": [{"index": c.index, "name": c.name, "shape": shape_dict(c.shape), "path": "dense",
                                 **({"batches": {b: {"levels": {}, "tensorcore": names}
@@ -357,6 +370,24 @@ def _check_epilogue(records: dict, epi_name: str, precision: str) -> None:
         raise RuntimeError(f"the epilogue source {epi_name} does not define {fn}")
 
 
+def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None]:
+    """The bundle's max-pool kernel where the network has a max-pool layer (and the stages render one)."""
+    if stages.render_maxpool is None or not any(n.op == "maxpool" for n in net.nodes):
+        return None, None
+    return stages.render_maxpool(precision)
+
+
+def _check_maxpool(records: dict, pool_name: str | None, precision: str) -> None:
+    if pool_name and maxpool_function(precision) not in records[pool_name]["functions"]:
+        raise RuntimeError(f"the max-pool source {pool_name} does not define {maxpool_function(precision)}")
+
+
+def _maxpool_entry(placed: dict, record: dict, precision: str) -> dict:
+    """The manifest's "maxpool": its cubin, function, block, the channels a thread takes, launch marks, resources."""
+    return {**placed, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
+            "vector": MAXPOOL_VECTOR[precision], "pdl": PDL, **resources(record)}
+
+
 def _epilogue_entry(placed: dict, record: dict, precision: str) -> dict:
     """The manifest's "epilogue": its cubin, function, launch marks and resources."""
     return {**placed, "function": epilogue_function(precision), "pdl": PDL, "zero_range": EPILOGUE_ZERO_RANGE,
@@ -386,7 +417,7 @@ def code_digest() -> str:
 
 
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
-              epi_name, stages, spec_file, sel_name: str | None = None) -> dict:
+              epi_name, stages, spec_file, sel_name: str | None = None, pool_name: str | None = None) -> dict:
     kernels = {}
     for name, k in emitted.items():
         shape, b, config = wanted[name]
@@ -423,6 +454,8 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
         extra["candidates"] = kw["candidates"]
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
         extra["selector"] = {**placed[sel_name], "function": sel_name, "pdl": PDL, **resources(records[sel_name])}
+    if pool_name:
+        extra["maxpool"] = _maxpool_entry(placed[pool_name], records[pool_name], bundle.DEFAULT_PRECISION)
     return {"format": bundle.FORMAT, "precision": bundle.DEFAULT_PRECISION, "network": net.name, "gpu": gpu_name,
             "arch": arch, "compute_capability": capability, "batches": list(batches),
             "levels": [round(lv, 2) for lv in levels],

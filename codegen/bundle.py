@@ -105,9 +105,9 @@ def write_manifest(bundle: Path, manifest: dict) -> Path:
 
 
 def cubin_entries(manifest: dict) -> dict[str, dict]:
-    """Every entry of a manifest that names a cubin: kernels, the epilogue and the selector."""
+    """Every entry of a manifest that names a cubin: kernels, the epilogue, the selector and the max pool."""
     out = {name: k for name, k in manifest.get("kernels", {}).items()}
-    for key in ("epilogue", "selector"):
+    for key in ("epilogue", "selector", "maxpool"):
         if isinstance(manifest.get(key), dict):
             out[f"<{key}>"] = manifest[key]
     return out

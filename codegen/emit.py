@@ -300,6 +300,29 @@ def render_epilogue(precision: str = "fp32") -> tuple[str, str]:
         VEC=EPILOGUE16_VECTOR)
 
 
+# The max-pool kernel (maxpool.cu.j2): one a bundle, 16 bytes of channels a thread
+MAXPOOL_THREADS = 256
+MAXPOOL_VECTOR = {"fp32": 4, "bf16": 8, "fp16": 8}
+_MAXPOOL16 = {"bf16": ("cuda_bf16.h", "__nv_bfloat162", "__float2bfloat162_rn"),
+              "fp16": ("cuda_fp16.h", "__half2", "__float2half2_rn")}
+
+
+def maxpool_function(precision: str = "fp32") -> str:
+    return "snn_maxpool" if precision == "fp32" else f"snn_maxpool_{precision}"
+
+
+def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
+    """(name, source) of the bundle's max-pool kernel for `precision`'s activations (NHWC, any window, stride,
+    padding, batch: the sizes are launch arguments, runtime/kernels.py)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    name = maxpool_function(precision)
+    header, dt2, from_f = _MAXPOOL16.get(precision, (None, None, None))
+    return name, _env().get_template("maxpool.cu.j2").render(
+        NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
+        VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS)
+
+
 def render_selector() -> tuple[str, str]:
     """The device-side dense/sparse selector (runtime/graph.py); EPS must be runtime/dispatch.py's _EPS
     (a test checks it; codegen does not import the runtime)."""

@@ -427,7 +427,7 @@ def _toposort(path, parsed, input_name) -> list[str]:
     return order
 
 
-def _pool_out(size, k, s, p, ceil_mode):
+def pool_out(size, k, s, p, ceil_mode):
     span = size + 2 * p - k
     out = (math.ceil(span / s) if ceil_mode else span // s) + 1
     if ceil_mode and (out - 1) * s >= size + p:  # PyTorch's rule: last window must start inside
@@ -467,7 +467,7 @@ def _infer(path, nname, op, a, in_shapes, inputs) -> tuple[int, ...]:
             raise SpecError(path, "padding must be at most half the kernel size", nname)
         if h + 2 * ph < kh or w + 2 * pw < kw:
             raise SpecError(path, f"kernel {kh}x{kw} is larger than the padded input", nname)
-        return (c, _pool_out(h, kh, sh, ph, a["ceil_mode"]), _pool_out(w, kw, sw, pw, a["ceil_mode"]))
+        return (c, pool_out(h, kh, sh, ph, a["ceil_mode"]), pool_out(w, kw, sw, pw, a["ceil_mode"]))
     if op == "adaptive_avgpool":
         c, _, _ = need_chw()
         return (c, *a["output_size"])

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from snn.codegen.bundle import PRECISIONS  # the precisions a bundle records; the executor runs each
-from snn.codegen.spec import Network
+from snn.codegen.spec import Network, pool_out
 
 from . import dispatch
 from .cuda import import_torch, torch_dtype
@@ -407,8 +407,7 @@ class Executor:
                     y = y + env[v]
                 env[op.name] = y
             elif op.kind == "maxpool":
-                env[op.name] = F.max_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
-                                            ceil_mode=a["ceil_mode"])
+                env[op.name] = self._maxpool(env[op.inputs[0]], a)
             elif op.kind == "avgpool":
                 env[op.name] = F.avg_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
                                             ceil_mode=a["ceil_mode"])
@@ -432,6 +431,17 @@ class Executor:
                 env.pop(v, None)
         self.last_trace = trace
         return env[prog.output]
+
+    def _maxpool(self, x, a: dict):
+        """On the bundle's max-pool kernel where the backend has one that takes x, else torch's."""
+        pool = getattr(self.backend, "maxpool", None)
+        if pool is not None and x.dim() == 4 and x.is_cuda:
+            out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], a["padding"][i], a["ceil_mode"])
+                           for i in (0, 1))
+            y = pool(x, a["kernel"], a["stride"], a["padding"], out_hw)
+            if y is not None:
+                return y
+        return self.torch.nn.functional.max_pool2d(x, a["kernel"], a["stride"], a["padding"], ceil_mode=a["ceil_mode"])
 
     def _chain_buffer(self, blocks: dict, name: str, total: int, like, conv: Op | None = None):
         """A concat chain's buffer ([B, total, H, W] NHWC, like's batch and pixels), made by its first writer. Zeroed

@@ -241,6 +241,30 @@ class CudaBackend:
         grid = (total + per_block - 1) // per_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
+    def maxpool(self, inp, kernel, stride, padding, out_hw):
+        """Max pooling on the bundle's kernel (manifest "maxpool"): a new channels_last tensor, or None where the
+        bundle has no such kernel or the input does not suit it (another type, channels not whole 16-byte
+        vectors): the caller pools with torch then."""
+        pool = self.cache.maxpool
+        if pool is None or inp.dtype != self.epi_dtype or inp.shape[1] % int(pool["vector"]):
+            return None
+        inp = inp.contiguous(memory_format=self.torch.channels_last)
+        if inp.data_ptr() % 16:   # a view at an offset the kernel's 16-byte loads cannot take
+            return None
+        b, c, h, w = inp.shape
+        (p, q), (kh, kw), (sh, sw), (ph, pw) = out_hw, kernel, stride, padding
+        out = self.torch.empty((b, c, p, q), device=inp.device, dtype=inp.dtype,
+                               memory_format=self.torch.channels_last)
+        if out.numel() == 0:
+            return out
+        block = int(pool["block"][0])
+        threads = b * p * q * (c // int(pool["vector"]))
+        args = [(inp.data_ptr(), _PTR), (out.data_ptr(), _PTR), (b * p * q, _I64)] + \
+            [(v, _I32) for v in (c, h, w, p, q, kh, kw, sh, sw, ph, pw)]
+        self.dev.launch(pool["cubin"], pool["function"], ((threads + block - 1) // block, 1, 1), (block, 1, 1), 0,
+                        args, bool(pool.get("pdl")))
+        return out
+
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
                     zero=None, zeroed=False) -> bool:
         """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the

@@ -119,6 +119,11 @@ class Cache:
     def epilogue(self) -> dict:
         return self.data["epilogue"]
 
+    @property
+    def maxpool(self) -> dict | None:
+        """The bundle's max-pool kernel (None: the network has no max pool, or an older build; torch pools)."""
+        return self.data.get("maxpool")
+
 
 def locate(cache_dir: str | Path, net: Network, spec_path: str, gpu: str, batch: int,
            device_name: str, compute_capability: tuple[int, int]) -> Path:
@@ -192,6 +197,9 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
                      ("epilogue", dict), ("kernels", dict), ("layers", list)):
         if not isinstance(data.get(key), typ):
             raise stale(f"field '{key}' is missing or not a {typ.__name__}")
+    pool = data.get("maxpool")
+    if pool is not None and not (isinstance(pool, dict) and {"cubin", "function", "block", "vector"} <= set(pool)):
+        raise stale("field 'maxpool' is not an entry with cubin, function, block and vector")
     if data["network"] != net.name:
         raise stale(f"built for network '{data['network']}', the spec is '{net.name}'")
     cc = tuple(data["compute_capability"])

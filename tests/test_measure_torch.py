@@ -26,7 +26,8 @@ def test_bench_layers_inputs_hit_the_levels(setup):
             assert rec["rel_err_vs_cudnn_fp32"] < 1e-6 and not rec["nan_in_output"]
             assert set(rec["times"]) >= {"sparse", "dense_fp32_nhwc", "dense_tf32_nhwc", "dense_fp32_nchw",
                                          "dense_fp16_nhwc", "dense_bf16_nhwc", "dense_bf16_nchw"}
-            assert rec["speedup_bf16"] == pytest.approx(rec["dense_bf16_us"] / rec["sparse_us"], rel=1e-3)
+            # rounded to 4 places (a CPU stand-in run can be far below 1)
+            assert rec["speedup_bf16"] == pytest.approx(rec["dense_bf16_us"] / rec["sparse_us"], rel=1e-3, abs=5e-5)
             assert rec["kernel"] == f"sconv_{s['layers'][0]}_l{round(float(lk) * 100)}"
     assert (tmp / "res" / "summary.md").is_file()
 

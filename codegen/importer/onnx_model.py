@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from snn.codegen.errors import UserError
-from snn.codegen.spec import _pool_out
+from snn.codegen.spec import pool_out
 
 from .common import TORCH_MISSING, ImportResult, check_targets, finish, pair, spec_text, torch_available
 
@@ -381,8 +381,8 @@ class _Converter:
             self.fail(n, f"padding {list(padding)} is more than half the kernel {list(kernel)}")
         if h + 2 * padding[0] < kernel[0] or w + 2 * padding[1] < kernel[1]:
             self.fail(n, f"kernel {list(kernel)} is larger than the padded input")
-        shape = (c, _pool_out(h, kernel[0], stride[0], padding[0], ceil),
-                 _pool_out(w, kernel[1], stride[1], padding[1], ceil))
+        shape = (c, pool_out(h, kernel[0], stride[0], padding[0], ceil),
+                 pool_out(w, kernel[1], stride[1], padding[1], ceil))
         fields: dict[str, Any] = {"kernel": pair(kernel), "stride": pair(stride), "padding": pair(padding)}
         if ceil:
             fields["ceil_mode"] = True

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from snn.codegen.errors import UserError
-from snn.codegen.spec import _pool_out
+from snn.codegen.spec import pool_out
 
 from .common import ImportResult, check_targets, finish, pair, spec_text
 
@@ -572,7 +572,7 @@ class _Converter:
             self.fail(f"padding {list(p)} is more than half the kernel {list(k)}")
         if h + 2 * p[0] < k[0] or w + 2 * p[1] < k[1]:
             self.fail(f"kernel {list(k)} is larger than the padded input {h + 2 * p[0]}x{w + 2 * p[1]}")
-        shape = (c, _pool_out(h, k[0], s[0], p[0], bool(ceil_mode)), _pool_out(w, k[1], s[1], p[1], bool(ceil_mode)))
+        shape = (c, pool_out(h, k[0], s[0], p[0], bool(ceil_mode)), pool_out(w, k[1], s[1], p[1], bool(ceil_mode)))
         fields: dict[str, Any] = {"kernel": pair(k), "stride": pair(s)}
         if any(p):
             fields["padding"] = pair(p)

@@ -1,0 +1,66 @@
+"""The bundle's max-pool kernel (codegen/templates/maxpool.cu.j2) through CudaBackend.maxpool against torch's
+max_pool2d in every precision: padding, ceil_mode windows that hang over the edge, unequal kernel / stride /
+padding pairs, a batch, negative values and a NaN (it must win, as in torch); the output poisoned first."""
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("cuda.bindings.driver")
+
+from snn.codegen.cache import CubinCache  # noqa: E402
+from snn.codegen.compile import Compiler  # noqa: E402
+from snn.codegen.emit import MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool  # noqa: E402
+from snn.codegen.spec import pool_out  # noqa: E402
+from snn.runtime.cuda import Device, torch_dtype  # noqa: E402
+from snn.runtime.kernels import CudaBackend  # noqa: E402
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")]
+CASES = [  # batch, channels, H, W, kernel, stride, padding, ceil_mode
+    (1, 64, 112, 112, (3, 3), (2, 2), (1, 1), False),   # ResNet's stem
+    (3, 24, 15, 13, (3, 3), (2, 2), (1, 1), True),
+    (2, 16, 9, 9, (2, 2), (2, 2), (0, 0), True),        # VGG's, on an odd size
+    (2, 40, 7, 10, (3, 2), (2, 1), (1, 0), False),
+]
+
+
+class _Bundle:
+    """What CudaBackend reads of a loaded bundle (runtime/manifest.Cache)."""
+    def __init__(self, precision, cubin):
+        self.precision, self.epilogue = precision, {"cubin": "", "function": "unused"}
+        self.maxpool = {"cubin": cubin, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
+                        "vector": MAXPOOL_VECTOR[precision], "pdl": True}
+
+
+@pytest.fixture(scope="module")
+def backends(tmp_path_factory):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    sources = dict(render_maxpool(p) for p in MAXPOOL_VECTOR)
+    records = Compiler(CubinCache(tmp_path_factory.mktemp("cubins"))).compile(sources, "sm_90").records
+    dev = Device()
+    return {p: CudaBackend(dev, _Bundle(p, records[maxpool_function(p)]["cubin"])) for p in MAXPOOL_VECTOR}
+
+
+@pytest.mark.parametrize("precision", list(MAXPOOL_VECTOR))
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_maxpool_kernel_equals_torch(backends, precision, case):
+    b, c, h, w, k, s, p, ceil = CASES[case]
+    dt = torch_dtype(torch, precision)
+    g = torch.Generator("cuda").manual_seed(case)
+    x = torch.randn(b, c, h, w, device="cuda", generator=g).to(dt).contiguous(memory_format=torch.channels_last)
+    x[b - 1, c - 1, h // 2, w // 2] = float("nan")
+    out_hw = tuple(pool_out((h, w)[i], k[i], s[i], p[i], ceil) for i in (0, 1))
+    # poison: the allocator hands the output this freed block of the same size
+    torch.full((b * c * out_hw[0] * out_hw[1],), float("nan"), device="cuda", dtype=dt)
+    y = backends[precision].maxpool(x, k, s, p, out_hw)
+    ref = torch.nn.functional.max_pool2d(x.float(), k, s, p, ceil_mode=ceil)
+    assert y is not None and y.shape == ref.shape and y.is_contiguous(memory_format=torch.channels_last)
+    assert torch.isnan(y).sum() == torch.isnan(ref).sum() > 0
+    torch.testing.assert_close(y.float(), ref, rtol=0, atol=0, equal_nan=True)
+
+
+def test_maxpool_kernel_declines_what_it_cannot_take(backends):
+    x = torch.randn(1, 6, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last)   # 6 % 4 != 0
+    assert backends["fp32"].maxpool(x, (2, 2), (2, 2), (0, 0), (4, 4)) is None
+    assert backends["bf16"].maxpool(x.float(), (2, 2), (2, 2), (0, 0), (4, 4)) is None           # not its type
