@@ -92,12 +92,7 @@ class Engine:
         self.executor = Executor(self.net, sd, backend, self.cache, "cuda", force, trace, precision)
         if precision != "fp32":  # per layer, the faster of cuDNN and the bundle's tensor-core kernels, measured now
             from . import tensorcore
-            if tensorcore.enabled():
-                self.executor.tensorcore = tensorcore.TensorCoreConvs(self.executor, self.device)
-                with self.executor.torch.inference_mode():
-                    for b in self.cache.batches:
-                        if b <= batch:
-                            self.executor.tensorcore.choose(b)
+            tensorcore.attach(self.executor, self.device, [b for b in self.cache.batches if b <= batch])
         self.graph = None
         if graph:  # one CUDA graph per batch size, dispatch on the device (runtime/graph.py)
             from .graph import GraphRunner, GraphUnavailable

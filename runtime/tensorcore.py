@@ -19,6 +19,19 @@ def enabled() -> bool:
     return os.environ.get("SNN_TENSORCORE", "1") != "0"
 
 
+def attach(executor, device, batches) -> "TensorCoreConvs | None":
+    """The executor's 16-bit convs on the faster of cuDNN and the bundle's kernels, each measured now at each of
+    `batches` (what snn.load does; None and every conv on cuDNN with SNN_TENSORCORE=0)."""
+    if not enabled():
+        return None
+    tcc = TensorCoreConvs(executor, device)
+    with executor.torch.inference_mode():
+        for b in batches:
+            tcc.choose(b)
+    executor.tensorcore = tcc
+    return tcc
+
+
 class TensorCoreConvs:
     def __init__(self, executor, device):
         self.ex, self.dev, self.torch = executor, device, executor.torch

@@ -155,6 +155,6 @@ def test_e2e_markdown_lists_snn_in_16_bits():
     doc["runs"]["1"]["snn16"] = {"bf16": {"median_ms": 0.64, "strongest_same_precision": "torch.compile_bf16",
                                           "speedup_vs_same_precision": 1.25, "speedup_vs_strongest": 1.25,
                                           "rel_err_vs_fp64": 1.1e-3, "rel_err_over_eager": 1.1,
-                                          "top5_identical_to_eager": 0.875}}
+                                          "top5_identical_to_eager": 0.875, "tensorcore_convs": 104}}
     md = summary.summary_markdown([doc])
-    assert ("| 1 | bf16 | 0.640 | torch.compile_bf16 | 1.25× | 1.25× | 1.1e-03 | 1.10 | 88% |") in md
+    assert ("| 1 | bf16 | 0.640 | torch.compile_bf16 | 1.25× | 1.25× | 1.1e-03 | 1.10 | 88% | 104 |") in md

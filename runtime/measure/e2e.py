@@ -226,16 +226,19 @@ def _bundle16(spec: str, cache, batches: list[int], precision: str, out: str):
 
 
 def _snn16_run(env, net, sd_cpu, cache16, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
-    """snn in 16 bits (every conv on the tensor cores, bias / residual / ReLU fused, the bundle's epilogue
-    kernel for what cuDNN does not fuse): its time, its error against float64 next to the baselines' of the same
+    """snn in 16 bits (every conv on the tensor cores, the bundle's kernel or cuDNN's whichever measured faster,
+    bias / residual / ReLU fused, the bundle's epilogue kernel for what neither fuses): its time, its error against float64 next to the baselines' of the same
     precision, its top-5 against the eager model's. The run snn.load makes of a 16-bit bundle (cache16)."""
+    from .. import tensorcore
     from ..executor import Executor
     from ..kernels import CudaBackend
     torch = env.torch
     ex = Executor(net, sd_cpu, CudaBackend(env.dev, cache16), cache16, str(env.device), "dense", precision=precision)
+    tcc = tensorcore.attach(ex, env.dev, [B])   # as snn.load: per layer the faster of cuDNN and the bundle's kernels
     fn, how = _runner(env, ex, sets, graphs)
     rec = _measure(env, nv, fn, sets, reps, warmup, B)
     rec["how"] = how
+    rec["tensorcore_convs"] = sum(k is not None for k in tcc.choice.values()) if tcc else 0
     y = fn(sets[0]).float()
     rec["rel_err_vs_fp64"] = _rel_err(torch, y, ref)
     same = {k: v for k, v in baselines.items() if v.get("precision") == precision}

@@ -168,16 +168,18 @@ def e2e_markdown(d: dict) -> list[str]:
     sixteen = [(b, p, s) for b in sorted(runs, key=int) for p, s in runs[b].get("snn16", {}).items()]
     if sixteen:
         lines += ["", "snn in 16 bits (every conv on the tensor cores, bias / residual / ReLU fused into the "
-                  "call; on the baselines' weights): against the strongest baseline of the same precision and the "
+                  "launch: the bundle's tensor-core kernel where it measured faster than cuDNN at load, else "
+                  "cuDNN's fused call; on the baselines' weights): against the strongest baseline of the same precision and the "
                   "strongest overall; error against FP64 over the eager model's in that precision; top-5 identical "
                   "to it:", "",
                   "| batch | precision | snn ms | strongest same precision | snn speedup | vs strongest overall | "
-                  "rel err vs FP64 | err / eager's | top-5 identical |", "|---|---|---|---|---|---|---|---|---|"]
+                  "rel err vs FP64 | err / eager's | top-5 identical | convs on snn's kernel |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for b, p, s in sixteen:
             lines.append(f"| {b} | {p} | {s['median_ms']:.3f} | {s.get('strongest_same_precision') or '–'} | "
                          f"{_f(s.get('speedup_vs_same_precision'))}× | {_f(s.get('speedup_vs_strongest'))}× | "
                          f"{_f(s.get('rel_err_vs_fp64'), '{:.1e}')} | {_f(s.get('rel_err_over_eager'))} | "
-                         f"{_f(s.get('top5_identical_to_eager'), '{:.0%}')} |")
+                         f"{_f(s.get('top5_identical_to_eager'), '{:.0%}')} | {s.get('tensorcore_convs', '–')} |")
     names = sorted({k for r in runs.values() for k in r.get("baselines", {})})
     if names:
         bs = sorted(runs, key=int)
