@@ -83,9 +83,9 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132) -> list[TcConfig]:
     """The configs the runtime measures against cuDNN (runtime/tensorcore.py): the widest chunk the shape takes
     and a PIPELINE-stage pipeline; per tile shape the largest K split whose blocks fit one wave of one block an
     SM (the batch-1 kernel is latency-bound: fewer chunks a block, and no second wave), and for 64 x 64 tiles
-    the two splits below it. Measured on the H100 at batch 1 in ResNet-152's graph (BF16), these were within
-    1.01x of the best of 30-46 configs a layer, summed over the network, and 64-channel chunks with 3 stages
-    beat 32-channel chunks with every chunk in flight by 10 % (docs/kernels.md)."""
+    the two splits below it. Measured on the H100 at batch 1 in ResNet-152's BF16 graph, summed over the network
+    these came within 1.005x of the best of the 30-46 configs measured a layer; per layer their best took
+    0.83-1.04x the time of the earlier candidates' (32-channel chunks, every chunk in flight) (docs/kernels.md)."""
     bk = max(chunk_widths(shape))
     nk = chunks(shape, bk)
     out = []

@@ -227,8 +227,9 @@ def _bundle16(spec: str, cache, batches: list[int], precision: str, out: str):
 
 def _snn16_run(env, net, sd_cpu, cache16, sets, graphs, reps, warmup, nv, B, ref, baselines, top5, precision) -> dict:
     """snn in 16 bits (every conv on the tensor cores, the bundle's kernel or cuDNN's whichever measured faster,
-    bias / residual / ReLU fused, the bundle's epilogue kernel for what neither fuses): its time, its error against float64 next to the baselines' of the same
-    precision, its top-5 against the eager model's. The run snn.load makes of a 16-bit bundle (cache16)."""
+    bias / residual / ReLU fused, the bundle's epilogue kernel for what neither fuses): its time, its error against
+    float64 next to the baselines' of the same precision, its top-5 against the eager model's. The run snn.load
+    makes of a 16-bit bundle (cache16)."""
     from .. import tensorcore
     from ..executor import Executor
     from ..kernels import CudaBackend

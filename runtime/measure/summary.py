@@ -169,8 +169,8 @@ def e2e_markdown(d: dict) -> list[str]:
     if sixteen:
         lines += ["", "snn in 16 bits (every conv on the tensor cores, bias / residual / ReLU fused into the "
                   "launch: the bundle's tensor-core kernel where it measured faster than cuDNN at load, else "
-                  "cuDNN's fused call; on the baselines' weights): against the strongest baseline of the same precision and the "
-                  "strongest overall; error against FP64 over the eager model's in that precision; top-5 identical "
+                  "cuDNN's fused call; on the baselines' weights): against the strongest baseline of the same "
+                  "precision and the strongest overall; error against FP64 over the eager model's in that precision; top-5 identical "
                   "to it:", "",
                   "| batch | precision | snn ms | strongest same precision | snn speedup | vs strongest overall | "
                   "rel err vs FP64 | err / eager's | top-5 identical | convs on snn's kernel |",
