@@ -68,6 +68,7 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
         manifest.load(r.manifest_path, net, str(spec), 1, H100_CC, tuning_path=False)
 
 
+@needs_nvcc
 def test_a_network_without_max_pool_has_no_entry(tmp_path):
     net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1",
                                                   "op: relu, input: ra"))
