@@ -260,8 +260,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             if step.get("op") == "launch" and step["function"] not in entries:
                 raise RuntimeError(f"kernel {name}: a step launches {step['function']!r} but the cubin has "
                                    f"{sorted(entries)}")
-    _check_epilogue(records, epi_name, bundle.DEFAULT_PRECISION)
-    _check_maxpool(records, pool_name, bundle.DEFAULT_PRECISION)
+    _check_defines(records, epi_name, epilogue_function(), "epilogue")
+    _check_defines(records, pool_name, maxpool_function(), "max-pool")
 
     try:
         placed = bundle.write_cubins(out_dir, records)
@@ -280,9 +280,10 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
 
 def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_dir, spec_text, inputs, stages,
                  compiler, force, t_start) -> BuildResult:
-    """A 16-bit bundle: the spec, the epilogue kernel in that precision, and per conv layer and small batch the
-    tensor-core kernels (codegen/tensorcore.py) that the runtime measures against cuDNN's fused call at load,
-    every conv recorded as dense (the 16-bit sparse kernels lost to cuDNN's tensor cores on every shape measured)."""
+    """A 16-bit bundle: the spec, the epilogue (and max-pool) kernel in that precision, and per conv layer and
+    small batch the tensor-core kernels (codegen/tensorcore.py) that the runtime measures against cuDNN's fused
+    call at load, every conv recorded as dense (the 16-bit sparse kernels lost to cuDNN's tensor cores on every
+    shape measured)."""
     t0 = time.perf_counter()
     epi_name, epi_source = stages.render_epilogue(precision)
     sources = {epi_name: epi_source}
@@ -314,8 +315,8 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
     compiled = compiler.compile(sources, arch, force)
     records = compiled.records
     _refuse_spills({n: records[n] for n in (epi_name, pool_name) if n})
-    _check_epilogue(records, epi_name, precision)
-    _check_maxpool(records, pool_name, precision)
+    _check_defines(records, epi_name, epilogue_function(precision), "epilogue")
+    _check_defines(records, pool_name, maxpool_function(precision), "max-pool")
     # a tensor-core kernel is one option the runtime measures beside cuDNN: one that spills is left out, not fatal
     spilled = {fn for fn in wanted if problems(records[fn])}
     if spilled:
@@ -364,10 +365,10 @@ def _refuse_spills(records: dict, why: str = "") -> None:
                            if len(bad) > 1 else ""))
 
 
-def _check_epilogue(records: dict, epi_name: str, precision: str) -> None:
-    fn = epilogue_function(precision)
-    if fn not in records[epi_name]["functions"]:
-        raise RuntimeError(f"the epilogue source {epi_name} does not define {fn}")
+def _check_defines(records: dict, source: str | None, fn: str, what: str) -> None:
+    """The bundle's one-a-bundle kernels (epilogue, max pool): the cubin of `source` defines the function launched."""
+    if source and fn not in records[source]["functions"]:
+        raise RuntimeError(f"the {what} source {source} does not define {fn}")
 
 
 def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None]:
@@ -375,11 +376,6 @@ def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None
     if stages.render_maxpool is None or not any(n.op == "maxpool" for n in net.nodes):
         return None, None
     return stages.render_maxpool(precision)
-
-
-def _check_maxpool(records: dict, pool_name: str | None, precision: str) -> None:
-    if pool_name and maxpool_function(precision) not in records[pool_name]["functions"]:
-        raise RuntimeError(f"the max-pool source {pool_name} does not define {maxpool_function(precision)}")
 
 
 def _maxpool_entry(placed: dict, record: dict, precision: str) -> dict:

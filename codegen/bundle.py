@@ -8,8 +8,8 @@
         spec.yaml        the network spec it was built from
         tuning.json      written by `snn-run calibrate` only; never read or written by the build
 
-A bf16 / fp16 bundle ("precision" in the manifest) holds the spec, the epilogue in that precision, the tensor-core
-conv kernels (codegen/tensorcore.py) and a manifest that records every conv as dense: the 16-bit engine runs each
+A bf16 / fp16 bundle ("precision" in the manifest) holds the spec, the epilogue (and max pool) in that precision,
+the tensor-core conv kernels (codegen/tensorcore.py) and a manifest that records every conv as dense: the 16-bit engine runs each
 one on the tensor cores, cuDNN's or those kernels, whichever it measured faster for the layer at load.
 
 Nothing in a bundle points outside it: copy the folder to the GPU machine and it runs there. The

@@ -274,27 +274,34 @@ EPILOGUE_ZERO_RANGE = True
 EPILOGUE_IN_LD = True
 
 
-# The 16-bit epilogue's pieces per precision (epilogue16.cu.j2): header, pair type, pair <-> float2.
-_EPILOGUE16 = {"bf16": ("cuda_bf16.h", "__nv_bfloat162", "__bfloat1622float2", "__floats2bfloat162_rn"),
-               "fp16": ("cuda_fp16.h", "__half2", "__half22float2", "__floats2half2_rn")}
+# The 16-bit types' pieces per precision (epilogue16.cu.j2, maxpool.cu.j2): header, pair type, pair -> float2,
+# two floats -> pair, one float -> both halves of a pair
+_SIXTEEN = {"bf16": ("cuda_bf16.h", "__nv_bfloat162", "__bfloat1622float2", "__floats2bfloat162_rn",
+                     "__float2bfloat162_rn"),
+            "fp16": ("cuda_fp16.h", "__half2", "__half22float2", "__floats2half2_rn", "__float2half2_rn")}
 # values a thread of the 16-bit epilogue handles at once (16 bytes); the manifest's "vector" tells the runtime
 EPILOGUE16_VECTOR = 8
 
 
+def _function(kernel: str, precision: str) -> str:
+    """A bundle kernel's name (and its source's) in `precision`: snn_<kernel>, snn_<kernel>_bf16, ..."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return f"snn_{kernel}" if precision == "fp32" else f"snn_{kernel}_{precision}"
+
+
 def epilogue_function(precision: str = "fp32") -> str:
     """The epilogue kernel's name (and its source's): snn_epilogue, snn_epilogue_bf16, snn_epilogue_fp16."""
-    return "snn_epilogue" if precision == "fp32" else f"snn_epilogue_{precision}"
+    return _function("epilogue", precision)
 
 
 def render_epilogue(precision: str = "fp32") -> tuple[str, str]:
     """(name, source) of the epilogue kernel for `precision`'s activations (PRECISIONS): the same launch
     arguments in every precision, the activations, scale and shift of that type (the zero range stays FP32)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     name = epilogue_function(precision)
     if precision == "fp32":
         return name, _env().get_template("epilogue.cu.j2").render(THREADS=256)
-    header, dt2, to_f2, from_f2 = _EPILOGUE16[precision]
+    header, dt2, to_f2, from_f2, _ = _SIXTEEN[precision]
     return name, _env().get_template("epilogue16.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, TO_F2=to_f2, FROM_F2=from_f2,
         VEC=EPILOGUE16_VECTOR)
@@ -303,21 +310,17 @@ def render_epilogue(precision: str = "fp32") -> tuple[str, str]:
 # The max-pool kernel (maxpool.cu.j2): one a bundle, 16 bytes of channels a thread
 MAXPOOL_THREADS = 256
 MAXPOOL_VECTOR = {"fp32": 4, "bf16": 8, "fp16": 8}
-_MAXPOOL16 = {"bf16": ("cuda_bf16.h", "__nv_bfloat162", "__float2bfloat162_rn"),
-              "fp16": ("cuda_fp16.h", "__half2", "__float2half2_rn")}
 
 
 def maxpool_function(precision: str = "fp32") -> str:
-    return "snn_maxpool" if precision == "fp32" else f"snn_maxpool_{precision}"
+    return _function("maxpool", precision)
 
 
 def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
     """(name, source) of the bundle's max-pool kernel for `precision`'s activations (NHWC, any window, stride,
     padding, batch: the sizes are launch arguments, runtime/kernels.py)."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     name = maxpool_function(precision)
-    header, dt2, from_f = _MAXPOOL16.get(precision, (None, None, None))
+    header, dt2, _, _, from_f = _SIXTEEN.get(precision, (None,) * 5)
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
         VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS)

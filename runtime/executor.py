@@ -187,8 +187,8 @@ class Executor:
     cache: a manifest.Cache (or None: everything dense). force: 'auto' | 'dense' | 'sparse'.
     precision: 'fp32' (exact: the sparse kernels and cuDNN with TF32 off), or 'bf16' / 'fp16': activations and
     weights in 16 bits, every conv dense on the tensor cores with its bias, residual and ReLU fused into its one
-    launch, cuDNN's or the bundle's tensor-core kernel (dense_conv16) (force must be 'dense': the 16-bit sparse kernel lost to them on every measured layer,
-    docs/performance.md); the epilogue ops (DenseNet's pre-activations) go to the backend, which launches the
+    launch, cuDNN's or the bundle's tensor-core kernel (dense_conv16) (force must be 'dense': the 16-bit sparse
+    kernel lost to them on every measured layer, docs/performance.md); the epilogue ops (DenseNet's pre-activations) go to the backend, which launches the
     bundle's 16-bit epilogue kernel (CudaBackend) or runs torch ops (TorchBackend).
     """
 

@@ -32,6 +32,13 @@ def attach(executor, device, batches) -> "TensorCoreConvs | None":
     return tcc
 
 
+def _bias(op):
+    """What the conv adds per output channel: its fused epilogue's shift (BN folded), else its own bias, as
+    Executor.epilogue_of reads them."""
+    ep = op.attrs.get("epilogue")
+    return ep["shift"] if ep is not None else op.attrs.get("bias")
+
+
 class TensorCoreConvs:
     def __init__(self, executor, device):
         self.ex, self.dev, self.torch = executor, device, executor.torch
@@ -51,8 +58,7 @@ class TensorCoreConvs:
         if op.name not in self._weights:
             torch = self.torch
             w = op.attrs["weight"].contiguous(memory_format=torch.channels_last)
-            ep = op.attrs.get("epilogue")
-            shift = ep["shift"] if ep is not None else op.attrs.get("bias")
+            shift = _bias(op)
             self._weights[op.name] = (w, shift.float().contiguous() if shift is not None else None)
         return self._weights[op.name]
 
@@ -93,7 +99,7 @@ class TensorCoreConvs:
                 x = x.contiguous(memory_format=torch.channels_last)
                 r = (torch.randn(batch, s.N, s.P, s.Q, device="cuda", generator=gen).to(self.ex.dtype)
                      .contiguous(memory_format=torch.channels_last) if res else None)
-                epi = Epilogue(ep["shift"] if ep else op.attrs.get("bias"), r, relu)
+                epi = Epilogue(_bias(op), r, relu)
                 times = {None: graph_call_s(torch, lambda: self.ex.cudnn_conv16(op, x, epi))}
                 for n in names:
                     times[n] = graph_call_s(torch, lambda n=n: self.run(op, x, epi, n))

@@ -216,8 +216,8 @@ def bench_e2e(spec: str, cache_dir: str, gpu: str, batches: list[int], images_di
 
 
 def _bundle16(spec: str, cache, batches: list[int], precision: str, out: str):
-    """The 16-bit bundle of the fp32 bundle's spec, GPU and batches, built into `out` (nvcc compiles its one
-    kernel, the epilogue) and loaded as snn.load would: what the 16-bit runs time."""
+    """The 16-bit bundle of the fp32 bundle's spec, GPU and batches, built into `out` (nvcc compiles its epilogue,
+    max-pool and tensor-core kernels) and loaded as snn.load would: what the 16-bit runs time."""
     from snn.codegen.build import build_spec
     from .. import manifest
     r = build_spec(spec, cache.gpu, batches, out=out, precision=precision)
