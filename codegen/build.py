@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 from . import bundle, tensorcore
 from .cache import CubinCache
+from .dense import DenseConfig
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_THREADS, MAXPOOL_VECTOR, PDL,
                    epilogue_function, maxpool_function)
@@ -55,6 +56,7 @@ class Stages:
     load_gpu: Callable[[str], Any] | None = None
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
     render_maxpool: Callable[..., tuple[str, str]] | None = None   # (precision="fp32") -> (name, source)
+    dense: Any = None   # the dense FP32 kernel's module (codegen/dense.py): candidates, render; None: none offered
 
 
 def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
@@ -62,12 +64,13 @@ def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
+    from . import dense
     from .emit import render_epilogue, render_maxpool, render_selector, render_sparse
     from .gpu import load_gpu
     from .plan import estimate_resources, plan_network
     kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
     return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
-                  render_selector, render_maxpool)
+                  render_selector, render_maxpool, dense)
 
 
 def choice_candidates(choice) -> list:
@@ -114,7 +117,7 @@ class BuildResult:
     total_s: float
     timings: dict = field(default_factory=dict)
     up_to_date: bool = False    # the bundle was built from the same inputs: nothing planned, rendered or written
-    left_out: int = 0           # 16-bit: tensor-core kernels left out of the bundle because ptxas spilled them
+    left_out: int = 0           # tensor-core (16-bit) or dense (FP32) kernels left out because ptxas spilled them
 
     @property
     def ms_per_layer(self) -> float:
@@ -136,7 +139,8 @@ class BuildResult:
                     f"total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
         return (f"{self.manifest['network']} on {self.manifest['gpu']} ({self.manifest['arch']}): "
                 f"{self.layers} conv layers, {self.kernels} kernels + epilogue, {self.cubins} cubins, "
-                f"{self.cache_hits} cache hits, {self.compiled} compiled in {self.compile_s:.2f} s; "
+                + (f"{self.left_out} dense kernels left out (they spill), " if self.left_out else "")
+                + f"{self.cache_hits} cache hits, {self.compiled} compiled in {self.compile_s:.2f} s; "
                 f"plan+render {self.ms_per_layer:.2f} ms/layer (nvcc excluded; plan "
                 f"{1e3 * self.timings.get('plan_s', 0):.0f} ms, render {1e3 * self.timings.get('render_s', 0):.0f} ms); "
                 f"total {self.total_s:.2f} s\nbundle: {self.manifest_path.parent}")
@@ -233,6 +237,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         if k.name != name:
             raise RuntimeError(f"render_sparse named kernel {k.name!r}, expected {name!r} (KernelConfig.name)")
         emitted[name] = k
+    dense_per_layer = _dense_candidates(stages, gpu, plans, wanted, emitted)
     epi_name, epi_source = stages.render_epilogue()
     sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
     pool_name, pool_source = _maxpool_source(net, stages, bundle.DEFAULT_PRECISION)
@@ -252,6 +257,10 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     compiled = compiler.compile(sources, arch, force, progress_factory)
     records = compiled.records
 
+    # a dense kernel is one more candidate for calibrate to measure: one that spills is left out, not fatal
+    spilled = {n for n in emitted if n in dense_per_layer["names"] and problems(records[n])}
+    for n in spilled:
+        del emitted[n], wanted[n], records[n]
     # the register tile must stay in registers; launches must name functions the cubin has
     _refuse_spills(records, ": its register tile does not stay in registers")
     for name, k in emitted.items():
@@ -267,7 +276,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         placed = bundle.write_cubins(out_dir, records)
         spec_file = bundle.write_spec(out_dir, spec_text)
         manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
-                             records, placed, epi_name, stages, spec_file, sel_name, pool_name)
+                             records, placed, epi_name, stages, spec_file, sel_name, pool_name,
+                             {k: [c for c in v if c[0] in emitted] for k, v in dense_per_layer["layers"].items()})
         if inputs is not None:
             manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
@@ -275,7 +285,34 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         raise UserError(f"cannot write the bundle {out_dir}: {e.strerror or e}") from None
     return BuildResult(manifest_path, manifest, len(net.convs), len(emitted), len(records), compiled.hits,
                        compiled.compiled, written, plan_render_s, compiled.seconds, time.perf_counter() - t_start,
-                       {"plan_s": t_plan, "render_s": plan_render_s - t_plan})
+                       {"plan_s": t_plan, "render_s": plan_render_s - t_plan}, left_out=len(spilled))
+
+
+def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
+    """The dense kernels (codegen/dense.py) each planned layer and small batch is offered beside its sparse picks,
+    rendered into `wanted` / `emitted`: {"names": {kernel}, "layers": {(layer index, batch): [(kernel, us)]}}. Not
+    for layers whose kernels write a concat's slice or stage a pre-activation (the dense kernel does neither)."""
+    out = {"names": set(), "layers": {}}
+    dense = stages.dense
+    if dense is None:
+        return out
+    sms, clusters = getattr(gpu, "sms", 132), bool(getattr(gpu, "has_clusters", False))
+    for b, plan in plans.items():
+        for lp in plan.layers:
+            layer, shape = lp.layer, lp.layer.shape
+            configs = [c.config for c in lp.choices.values()]
+            if (layer.groups != 1 or getattr(layer, "into_concat", False) or getattr(layer, "bn_input", False)
+                    or any(c.out_ld or c.in_bn for c in configs)):
+                continue
+            for cfg in dense.candidates(shape, b, sms, clusters):
+                name = cfg.name(shape, b)
+                if name not in emitted:
+                    emitted[name] = dense.emitted(shape, b, cfg)
+                    wanted[name] = (shape, b, cfg)
+                    out["names"].add(name)
+                out["layers"].setdefault((layer.index, b), []).append(
+                    (name, dense.predict_us(shape, b, cfg, sms, getattr(gpu, "boost_clock_mhz", 1755) / 1e3)))
+    return out
 
 
 def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_dir, spec_text, inputs, stages,
@@ -413,11 +450,15 @@ def code_digest() -> str:
 
 
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
-              epi_name, stages, spec_file, sel_name: str | None = None, pool_name: str | None = None) -> dict:
+              epi_name, stages, spec_file, sel_name: str | None = None, pool_name: str | None = None,
+              dense: dict | None = None) -> dict:
+    """dense: {(layer index, batch): [(kernel, predicted us)]}, the dense kernels offered beside each level's picks."""
     kernels = {}
+    dense = dense or {}
     for name, k in emitted.items():
         shape, b, config = wanted[name]
-        regs, smem = stages.estimate_resources(shape, config)
+        regs, smem = (0, stages.dense.smem_bytes(config)) if isinstance(config, DenseConfig) else \
+            stages.estimate_resources(shape, config)
         kernels[name] = {**placed[name], "shape": shape_dict(shape), "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,
                          "weight_layout": k.weight_layout, "epilogue": k.epilogue, **resources(records[name]),
@@ -434,6 +475,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             lv = {}
             for level in sorted(choices):
                 cands = [(c.name(layer.shape, b), t) for c, t in choice_candidates(choices[level])]
+                cands += dense.get((layer.index, b), [])
                 key = f"{level:.2f}"
                 lv[key] = {"kernel": cands[0][0], "predicted_us": round(float(cands[0][1]), 3)}
                 if len(cands) > 1:  # the model's order; `snn-run calibrate` measures them all

@@ -89,3 +89,12 @@ def test_kernel_sum_adds_each_activity_per_call_by_kind(monkeypatch):
     assert got["by_kind"] == {"sparse conv": {"per_call": 1.0, "ms": 0.011}, "epilogue": {"per_call": 0.5, "ms": 0.002},
                               "memset": {"per_call": 0.5, "ms": 0.001}}
     assert list(got["by_kind"]) == ["sparse conv", "epilogue", "memset"]   # largest first
+
+
+def test_activity_kinds_name_snns_own_convs_apart_from_cudnn():
+    from snn.runtime.measure.timing import activity_kind
+    assert activity_kind("sconv_r1s1_str1_pad0_c64n64_h56w56_th1tw8tc16_t32n2_b1") == "sparse conv"
+    assert activity_kind("dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1") == "dense conv (snn)"
+    assert activity_kind("tconv_r3s3_str1_pad1_c256n256_h14w14_m64n64k8s3c64_b1_bf16") == "tensor-core conv (snn)"
+    assert activity_kind("void convolve_common_engine_float_NHWC<float>") == "cuDNN conv / gemm"
+    assert activity_kind("snn_epilogue") == "epilogue" and activity_kind("snn_maxpool") == "other"

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
-from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, pre_activation_cases, sixteen_bit_cases,  # noqa: E402
-                          warp_tiled_cases)
+from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, dense_cases, pre_activation_cases,  # noqa: E402
+                          sixteen_bit_cases, warp_tiled_cases)
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -43,6 +43,14 @@ def test_classic_kernels_match_float64(runner):
 def test_warp_tiled_kernels_match_float64(runner):
     """Warp-tiled blocks: ragged C, N and P/Q, atomics and direct stores, nt 1-8, dynamic shared memory."""
     _assert_match(runner, warp_tiled_cases())
+
+
+def test_dense_kernels_match_float64(runner):
+    """The dense FP32 kernel: each tile, K split in and out of a cluster, ragged M, stride 2, a 5x5 filter; bias,
+    residual and ReLU fused in the four forms, the zeros it counts those it stored."""
+    cases = dense_cases()
+    assert {k.steps[0]["grid"][2] > 1 for k, *_ in cases} == {True, False}
+    _assert_match(runner, cases)
 
 
 def test_kernels_apply_their_producers_epilogue(runner):

@@ -1,0 +1,119 @@
+"""The dense FP32 convolution for small batches (templates/dense_conv.cu.j2): config, eligibility, candidates, render.
+
+At batch 1 the sparse kernels are bound by what is not an FMA (a bit test and a branch per pixel, a channel's
+header, small register tiles: the 3x3 256 @14 kernel issues 7 instructions per useful FFMA), and cuDNN's FP32
+kernels leave most SMs idle. This kernel is an implicit GEMM with a TM x TN register tile a thread (about 90 %
+of its instructions FFMAs), the K range split over the KS blocks of a thread-block cluster and summed in
+distributed shared memory in a fixed order, so one launch fills the GPU and still applies bias, residual, ReLU
+and the zero count the next layer's dispatch reads. It takes the sparse kernels' launch arguments (emit.CONV_ARGS)
+and CRSN weights, so the build offers it as one more candidate at every level and `snn-run calibrate` keeps it
+where it measured faster (docs/kernels.md, "Dense FP32 convolution").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .spec import ConvShape
+
+BK = 32              # channels a pipeline chunk; C % BK == 0 keeps a chunk inside one filter tap
+STAGES = 3           # cp.async pipeline depth
+CLUSTER_MAX = 8      # the portable cluster size
+# batches the build offers it at: beyond, the sparse kernels' larger tiles and cuDNN fill the GPU themselves
+MAX_BATCH = 8
+# (bm, bn, threads) the kernel takes; the build offers CANDIDATE_TILES
+TILES = ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128), (64, 64, 256))
+CANDIDATE_TILES = ((32, 64, 128), (32, 128, 128))   # 0.72x / 0.80x the sparse sum at batch 1 / 8, all five 0.72x / 0.78x
+
+
+@dataclass(frozen=True, order=True)
+class DenseConfig:
+    bm: int          # pixels a block tile
+    bn: int          # output channels a block tile (64 or 128: 16 threads of 4 or 8 channels)
+    ks: int          # blocks of a cluster splitting the K range (1: no cluster)
+    threads: int = 128
+
+    def tag(self) -> str:
+        return f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}"
+
+    def name(self, shape: ConvShape, batch: int) -> str:
+        return f"dconv_{shape.tag()}_{self.tag()}_b{batch}"
+
+    def to_dict(self) -> dict:
+        return {"family": "dense", **asdict(self)}
+
+
+def eligible(shape: ConvShape, groups: int = 1) -> bool:
+    """16-byte copies of BK-channel chunks and whole 64-channel tiles."""
+    return groups == 1 and shape.C % BK == 0 and shape.N % 64 == 0
+
+
+def chunks(shape: ConvShape) -> int:
+    return shape.R * shape.S * shape.C // BK
+
+
+def smem_bytes(cfg: DenseConfig) -> int:
+    pipeline = STAGES * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4
+    reduce = cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 else 0
+    return max(pipeline, reduce)
+
+
+def grid(shape: ConvShape, batch: int, cfg: DenseConfig) -> list[int]:
+    return [math.ceil(batch * shape.P * shape.Q / cfg.bm), shape.N // cfg.bn, cfg.ks]
+
+
+def check(shape: ConvShape, cfg: DenseConfig) -> None:
+    ty = cfg.threads // 16
+    if not eligible(shape) or shape.N % cfg.bn:
+        raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
+    if cfg.bn not in (64, 128) or cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
+        raise ValueError(f"{cfg.tag()}: the dense kernel takes bn 64 or 128, 128 or 256 threads and bm a multiple "
+                         f"of {max(ty, cfg.threads // (BK // 4))}")
+    if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
+        raise ValueError(f"{cfg.tag()}: K split {cfg.ks} outside 1..{min(CLUSTER_MAX, chunks(shape))}")
+
+
+def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
+               tiles=CANDIDATE_TILES) -> list[DenseConfig]:
+    """Per tile shape (CANDIDATE_TILES) the largest K split whose blocks fit one wave of one block an SM (batch 1 is
+    latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split."""
+    if batch > MAX_BATCH or not eligible(shape):
+        return []
+    out = []
+    for bm, bn, threads in tiles:
+        if shape.N % bn:
+            continue
+        tiles = math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn)
+        splits = range(1, min(CLUSTER_MAX if clusters else 1, chunks(shape)) + 1)
+        out.append(DenseConfig(bm, bn, max((ks for ks in splits if tiles * ks <= sms), default=1), threads))
+    return sorted(set(out))
+
+
+def predict_us(shape: ConvShape, batch: int, cfg: DenseConfig, sms: int = 132, clock_ghz: float = 1.755) -> float:
+    """A rough time for the manifest (calibrate measures it): each SM's FFMAs at 128 a clock, in waves, plus a
+    fixed 3 us of launch, pipeline fill and store."""
+    blocks = math.prod(grid(shape, batch, cfg))
+    per_block = cfg.bm * cfg.bn * shape.R * shape.S * shape.C / cfg.ks
+    return math.ceil(blocks / sms) * per_block / 128 / clock_ghz / 1e3 + 3.0
+
+
+def emitted(shape: ConvShape, batch: int, cfg: DenseConfig):
+    """The kernel as the build bundles it (emit.EmittedKernel): one launch with the sparse kernels' arguments
+    (emit.CONV_ARGS) and CRSN weights, its epilogue fused."""
+    from .emit import CONV_ARGS, PDL, EmittedKernel
+    fn, src = render(shape, batch, cfg)
+    steps = [{"op": "launch", "function": fn, "grid": grid(shape, batch, cfg), "block": [cfg.threads, 1, 1],
+              "smem": smem_bytes(cfg), "args": list(CONV_ARGS), "pdl": PDL}]
+    return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
+
+
+def render(shape: ConvShape, batch: int, cfg: DenseConfig) -> tuple[str, str]:
+    """(function name, CUDA source)."""
+    from .emit import _env
+    check(shape, cfg)
+    fn = cfg.name(shape, batch)
+    g = {"C": shape.C, "N": shape.N, "H": shape.H, "W": shape.W, "P": shape.P, "Q": shape.Q, "R": shape.R,
+         "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
+         "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "BM": cfg.bm, "BN": cfg.bn, "BK": BK,
+         "KS": cfg.ks, "STAGES": STAGES, "NK": chunks(shape), "THREADS": cfg.threads, "B": batch}
+    return fn, _env().get_template("dense_conv.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)

@@ -1,0 +1,147 @@
+"""The dense FP32 conv kernel's configs, rendering and place in the build (codegen/dense.py); its arithmetic, fused
+epilogue and zero count are checked against float64 on the GPU (tests/gpu/test_dense_gpu.py, and every bundle kernel
+in tests/gpu/test_manifest_kernels.py)."""
+import math
+import re
+
+import pytest
+
+from snn.codegen import dense
+from snn.codegen.emit import CONV_ARGS
+from snn.codegen.spec import ConvShape
+
+from test_precision import needs_nvcc
+
+R3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+R1 = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+S2 = ConvShape(512, 512, 14, 14, 3, 3, (2, 2), (1, 1))
+WIDE = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0))
+
+
+def test_eligibility_needs_whole_chunks_and_64_channel_tiles():
+    assert dense.eligible(R3) and dense.eligible(S2)
+    assert not dense.eligible(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))    # a stem: C % 32
+    assert not dense.eligible(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)))   # N % 64 (DenseNet's 3x3)
+    assert not dense.eligible(R3, groups=2)
+    assert dense.candidates(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), 1) == []
+    with pytest.raises(ValueError, match="N % 128 == 0"):
+        dense.render(ConvShape(64, 64, 8, 8, 1, 1, (1, 1), (0, 0)), 1, dense.DenseConfig(32, 128, 1))
+    with pytest.raises(ValueError, match="bn 64 or 128"):
+        dense.render(R3, 1, dense.DenseConfig(32, 32, 1))
+    with pytest.raises(ValueError, match="K split 9"):
+        dense.render(R3, 1, dense.DenseConfig(32, 64, 9))
+
+
+@pytest.mark.parametrize("shape", [R3, R1, S2, WIDE])
+def test_candidates_fill_one_wave_with_the_largest_split(shape):
+    for b in (1, 2, 8):
+        cands = dense.candidates(shape, b)
+        assert cands and len(set(cands)) == len(cands)
+        for c in cands:
+            blocks = math.prod(dense.grid(shape, b, c))
+            g = dense.grid(shape, b, c)
+            assert g[0] * c.bm >= b * shape.P * shape.Q > (g[0] - 1) * c.bm and g[1] * c.bn == shape.N
+            assert 1 <= c.ks <= min(dense.CLUSTER_MAX, dense.chunks(shape))
+            # the largest split that fits one wave: one more would not (unless none fits, or the limit is reached)
+            assert blocks <= 132 or c.ks == 1
+            assert c.ks == min(dense.CLUSTER_MAX, dense.chunks(shape)) or blocks // c.ks * (c.ks + 1) > 132
+            assert dense.smem_bytes(c) >= (c.bm * (c.bn + 4) * 4 if c.ks > 1 else 0)
+    # the 3x3 256 @14 at batch 1: 7 x 4 tiles of 32 x 64, 4 blocks a cluster (112 of 132 SMs)
+    assert dense.DenseConfig(32, 64, 4) in dense.candidates(R3, 1)
+    assert all(c.ks == 1 for c in dense.candidates(R3, 1, clusters=False))
+    assert dense.candidates(R3, dense.MAX_BATCH + 1) == []
+
+
+def test_render_names_sizes_and_the_cluster():
+    fn, src = dense.render(R3, 1, dense.DenseConfig(32, 64, 4))
+    assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1"
+    assert f"void __cluster_dims__(1, 1, 4) __launch_bounds__(THREADS)\n{fn}(" in src
+    assert re.search(r"#define M 196\b", src) and re.search(r"#define NK 72\b", src) and "cluster.sync" in src
+    assert "unsigned long long* __restrict__ zeros, int relu" in src and "griddepcontrol.wait" in src
+    fn1, src1 = dense.render(S2, 8, dense.DenseConfig(64, 64, 1, 256))
+    assert fn1.endswith("_m64n64k1t256_b8") and "__cluster_dims__" not in src1 and "cluster.sync" not in src1
+    assert re.search(r"#define M 392\b", src1) and re.search(r"#define THREADS 256\b", src1)
+
+
+def test_the_bundled_kernel_takes_the_sparse_kernels_arguments():
+    cfg = dense.DenseConfig(32, 128, 8)
+    k = dense.emitted(R1, 1, cfg)
+    (step,) = k.steps
+    assert k.name == step["function"] == cfg.name(R1, 1) and k.epilogue and k.weight_layout == "CRSN"
+    assert step["args"] == CONV_ARGS and step["grid"] == [7, 2, 8] and step["block"] == [128, 1, 1]
+    assert step["smem"] == dense.smem_bytes(cfg) and step["pdl"]
+    assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128}
+    # the time the manifest records: FFMAs a block at 128 a clock, plus a fixed part; more work, more time
+    assert 3.0 < dense.predict_us(R1, 1, cfg) < dense.predict_us(R1, 8, dense.DenseConfig(32, 128, 1))
+
+
+@needs_nvcc
+def test_kernels_compile_without_spills(tmp_path):
+    from snn.codegen.cache import CubinCache
+    from snn.codegen.compile import Compiler, problems
+    sources = dict(dense.render(shape, b, cfg) for shape, b in [(R3, 1), (S2, 8), (WIDE, 1)]
+                   for cfg in dense.candidates(shape, b))
+    records = Compiler(CubinCache(tmp_path)).compile(sources, "sm_90").records
+    for fn, rec in records.items():
+        assert not problems(rec), (fn, problems(rec))
+        assert fn in rec["functions"] and rec["functions"][fn]["entry"]
+
+
+NET = """\
+name: dense32
+input: {name: image, shape: [3, 12, 12]}
+nodes:
+  - {name: stem, op: conv, input: image, in_channels: 3, out_channels: 64, kernel: 3, padding: 1}
+  - {name: r0, op: relu, input: stem}
+  - {name: a, op: conv, input: r0, in_channels: 64, out_channels: 128, kernel: 3, padding: 1}
+  - {name: ra, op: relu, input: a}
+  - {name: b, op: conv, input: ra, in_channels: 128, out_channels: 32, kernel: 1}
+"""
+
+
+@needs_nvcc
+def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, monkeypatch):
+    from snn.codegen import build as build_mod
+    from snn.codegen import bundle
+    from snn.codegen.spec import load_spec
+    from snn.runtime import manifest, tuning
+    from test_runtime_cpu import H100_CC
+    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
+    spec = tmp_path / "dense32.yaml"
+    spec.write_text(NET)
+    shape_a = load_spec(spec).convs[1].shape
+    cands = dense.candidates(shape_a, 1)
+    assert len(cands) == 2
+    spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
+    problems = build_mod.problems
+    monkeypatch.setattr(build_mod, "problems", lambda rec: ["4 bytes spill stores"] if rec["kernel"] == spilled
+                        else problems(rec))
+    r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
+    m = r.manifest
+    layers = {lay["name"]: lay for lay in m["layers"]}
+    offered = [c.name(shape_a, 1) for c in cands[1:]]
+    for lk, lv in layers["a"]["batches"]["1"]["levels"].items():
+        names = [c["kernel"] for c in lv["candidates"]]
+        assert names[0] == lv["kernel"] and names[0].startswith("sconv_") and names[1:] == offered
+        assert all(c["predicted_us"] > 0 for c in lv["candidates"])
+    assert "candidates" not in layers["a"]["batches"]["16"]["levels"]["0.50"]   # batch 16 > MAX_BATCH: sparse only
+    assert "b" not in layers or "candidates" not in layers["b"]["batches"]["1"]["levels"]["0.50"]   # N = 32
+    assert spilled not in m["kernels"] and "1 dense kernels left out (they spill)" in r.summary()
+    for name in offered:
+        k = m["kernels"][name]
+        assert k["config"]["family"] == "dense" and k["epilogue"] and k["weight_layout"] == "CRSN"
+        assert k["steps"][0]["args"] == CONV_ARGS and k["registers"] > 0 and k["batch"] == 1
+    assert not bundle.verify(r.manifest_path.parent, m)
+    # calibrate's measurements pick the dense kernel where it measured faster, and the layer runs it at any sparsity
+    meas = {}
+    for lk in ("0.50", "0.70"):
+        for c in layers["a"]["batches"]["1"]["levels"][lk]["candidates"]:
+            us = 5.0 if c["kernel"] == offered[0] else 9.0
+            meas[tuning.kernel_key(m, shape_a.tag(), 1, float(lk), c["kernel"])] = {
+                "sparse_us": us, "dense_us": 20.0, "rel_err_vs_cudnn_fp32": 1e-7}
+    rows = tuning.apply(m, meas, load_spec(spec))
+    entry = next(lay for lay in m["layers"] if lay["name"] == "a")["batches"]["1"]
+    assert entry["levels"]["0.50"]["kernel"] == offered[0] == entry["static_kernel"]
+    assert any(row["layer"] == "a" and row["static"] for row in rows)
+    cache = manifest.load(r.manifest_path, load_spec(spec), str(spec), 1, H100_CC)
+    assert cache.kernel(offered[0])["steps"][0]["function"] == offered[0]
