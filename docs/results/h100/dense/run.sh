@@ -1,0 +1,35 @@
+#!/bin/bash
+# The dense FP32 kernel (codegen/dense.py) on the GPU: ResNet-152 built at batch 1 and 8 (its dense candidates
+# beside the sparse picks), then
+#   probe.py     per distinct conv shape and batch, every dense tile against the sparse pick at 0.7 and cuDNN FP32;
+#   checks       its template cases (tests/gpu/test_kernels.py -k dense) and every kernel of the bundle
+#                (tests/gpu/test_manifest_kernels.py) against float64, then the template cases under
+#                compute-sanitizer memcheck and racecheck.
+#   bash docs/results/h100/dense/run.sh OUT [probe|checks ...]      (both by default)
+# SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build and the cases (all hits here).
+set -uo pipefail
+out=$(realpath -m "${1:?usage: run.sh OUT [probe|checks ...]}"); shift
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(probe checks)
+mkdir -p "$out"
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../.."
+. docs/results/h100/env.sh
+env_report > "$out/env.txt"
+snn-codegen build resnet152 --gpu h100 --batch 1,8 -j 16 2>&1 | tail -2 | tee "$out/build.log"
+for step in "${steps[@]}"; do
+  case $step in
+    probe) python3 "$here/probe.py" generated/resnet152/h100/manifest.json "$out/probe.json" > "$out/probe.log" 2>&1
+           echo "probe exit code: $?" | tee -a "$out/probe.log"; tail -54 "$out/probe.log" ;;
+    checks)
+      SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense \
+        tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 | tee "$out/checks.log"
+      # --report-api-errors no: cuda-python probes optional driver entry points; those are not kernel errors
+      for tool in memcheck racecheck; do
+        compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --target-processes all \
+          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense > "$out/$tool.log" 2>&1
+        echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
+        grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
+      done ;;
+    *) echo "unknown step $step (probe, checks)"; exit 2 ;;
+  esac
+done
