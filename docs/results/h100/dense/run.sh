@@ -21,8 +21,9 @@ for step in "${steps[@]}"; do
     probe) python3 "$here/probe.py" generated/resnet152/h100/manifest.json "$out/probe.json" > "$out/probe.log" 2>&1
            echo "probe exit code: $?" | tee -a "$out/probe.log"; tail -54 "$out/probe.log" ;;
     checks)
-      SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense \
-        tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 | tee "$out/checks.log"
+      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense 2>&1 | tail -3 | tee "$out/checks.log"
+      SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 \
+        | tee -a "$out/checks.log"
       # --report-api-errors no: cuda-python probes optional driver entry points; those are not kernel errors
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --target-processes all \
