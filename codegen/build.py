@@ -3,7 +3,8 @@
     plan      the planner per batch: layer -> level -> KernelConfig (+ predicted us), and with
               --candidates K up to K - 1 alternatives per level for `snn-run calibrate` to measure
     render    emit.render_sparse once per distinct (shape, batch, config) -- the kernel's name --
-              shared across layers and levels; the epilogue and the selector once
+              shared across layers and levels; the epilogue and the selector once; at batch <= 8 the dense
+              FP32 kernels (codegen/dense.py) each layer is offered as more candidates of every level
     compile   codegen/compile.py: cache misses only, nvcc in parallel through the Makefile
     check     any stack frame or spill fails the build, naming the kernel (the register tile must
               stay in registers)
@@ -33,8 +34,8 @@ from typing import Any, Callable
 
 from . import bundle, tensorcore
 from .cache import CubinCache
-from .dense import DenseConfig
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
+from .dense import DenseConfig
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_THREADS, MAXPOOL_VECTOR, PDL,
                    epilogue_function, maxpool_function)
 from .errors import UserError
