@@ -301,9 +301,7 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     for b, plan in plans.items():
         for lp in plan.layers:
             layer, shape = lp.layer, lp.layer.shape
-            configs = [c.config for c in lp.choices.values()]
-            if (layer.groups != 1 or getattr(layer, "into_concat", False) or getattr(layer, "bn_input", False)
-                    or any(c.out_ld or c.in_bn for c in configs)):
+            if layer.groups != 1 or layer.into_concat or layer.bn_input:   # its kernels take out_ld / in_bn
                 continue
             for cfg in dense.candidates(shape, b, sms, clusters):
                 name = cfg.name(shape, b)

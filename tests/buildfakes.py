@@ -144,3 +144,11 @@ def fake_epilogue(precision="fp32"):
 def fake_stages(planner=None, renderer=None) -> Stages:
     return Stages(planner or FakePlanner(), renderer or FakeRenderer(), fake_epilogue,
                   fake_estimate, lambda name: GPU(name) if name != "auto" else GPU())
+
+
+def pretend_spilled(monkeypatch, kernel: str) -> None:
+    """The build's spill check (build.problems) reports spills for `kernel`, the real ptxas report for the others."""
+    from snn.codegen import build as build_mod
+    real = build_mod.problems
+    monkeypatch.setattr(build_mod, "problems", lambda rec: ["4 bytes spill stores"] if rec["kernel"] == kernel
+                        else real(rec))

@@ -10,6 +10,7 @@ from snn.codegen import dense
 from snn.codegen.emit import CONV_ARGS
 from snn.codegen.spec import ConvShape
 
+from buildfakes import pretend_spilled
 from test_precision import needs_nvcc
 
 R3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
@@ -113,9 +114,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     cands = dense.candidates(shape_a, 1)
     assert len(cands) == 2
     spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
-    problems = build_mod.problems
-    monkeypatch.setattr(build_mod, "problems", lambda rec: ["4 bytes spill stores"] if rec["kernel"] == spilled
-                        else problems(rec))
+    pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
     m = r.manifest
     layers = {lay["name"]: lay for lay in m["layers"]}

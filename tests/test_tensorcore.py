@@ -8,6 +8,7 @@ import pytest
 from snn.codegen import tensorcore as tc
 from snn.codegen.spec import ConvShape
 
+from buildfakes import pretend_spilled
 from test_precision import needs_nvcc
 
 R3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
@@ -112,9 +113,7 @@ def test_16_bit_build_lists_each_layers_tensor_core_kernels_and_leaves_out_spill
     shape_a = load_spec(spec).convs[1].shape
     cands = tc.candidates(shape_a, 1)
     spilled = tc.name(shape_a, 1, cands[0], "bf16")   # as if ptxas had spilled one of layer a's kernels
-    problems = build_mod.problems
-    monkeypatch.setattr(build_mod, "problems", lambda rec: ["4 bytes spill stores"] if rec["kernel"] == spilled
-                        else problems(rec))
+    pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 8], out=tmp_path / "gen", precision="bf16")
     m = r.manifest
     per = {lay["name"]: lay.get("batches") for lay in m["layers"]}
