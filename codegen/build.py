@@ -456,7 +456,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
     dense = dense or {}
     for name, k in emitted.items():
         shape, b, config = wanted[name]
-        regs, smem = (0, stages.dense.smem_bytes(config)) if isinstance(config, DenseConfig) else \
+        regs, smem = (0, stages.dense.smem_bytes(config, shape)) if isinstance(config, DenseConfig) else \
             stages.estimate_resources(shape, config)
         kernels[name] = {**placed[name], "shape": shape_dict(shape), "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,

@@ -7,7 +7,9 @@ of its instructions FFMAs), the K range split over the KS blocks of a thread-blo
 distributed shared memory in a fixed order, so one launch fills the GPU and still applies bias, residual, ReLU
 and the zero count the next layer's dispatch reads. It takes the sparse kernels' launch arguments (emit.CONV_ARGS)
 and CRSN weights, so the build offers it as one more candidate at every level and `snn-run calibrate` keeps it
-where it measured faster (docs/kernels.md, "Dense FP32 convolution").
+where it measured faster (docs/kernels.md, "Dense FP32 convolution"). Where stride 1 keeps the output the size of
+the input it also takes its producer's epilogue (emit.IN_ARGS), so a channel split before it needs no epilogue
+launch in a graph (runtime/handoff.py).
 """
 from __future__ import annotations
 
@@ -21,9 +23,13 @@ STAGES = 3           # cp.async pipeline depth
 CLUSTER_MAX = 8      # the portable cluster size
 # batches the build offers it at: beyond, the sparse kernels' larger tiles and cuDNN fill the GPU themselves
 MAX_BATCH = 8
-# (bm, bn, threads) the kernel takes; the build offers CANDIDATE_TILES
-TILES = ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128), (64, 64, 256))
-CANDIDATE_TILES = ((32, 64, 128), (32, 128, 128))   # 0.72x / 0.80x the sparse sum at batch 1 / 8, all five 0.72x / 0.78x
+# (bm, bn, threads, slices) the kernel takes; the build offers CANDIDATE_TILES
+TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128),
+                                            (64, 64, 256)) for s in (1, 2, 4) if t * s <= 512)
+# the three whose best per layer comes closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py: within
+# 1.01x), slices paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind)
+CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2))
+SLICES = (1, 2, 4)
 
 
 @dataclass(frozen=True, order=True)
@@ -31,10 +37,17 @@ class DenseConfig:
     bm: int          # pixels a block tile
     bn: int          # output channels a block tile (64 or 128: 16 threads of 4 or 8 channels)
     ks: int          # blocks of a cluster splitting the K range (1: no cluster)
-    threads: int = 128
+    threads: int = 128   # threads that hold the tile (a slice)
+    slices: int = 1      # slices a block, each over its share of every chunk's channels (threads * slices in all)
+    stages: int = STAGES # chunks in the cp.async pipeline
 
     def tag(self) -> str:
-        return f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}"
+        return (f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}" + (f"s{self.slices}" if self.slices > 1 else "")
+                + (f"p{self.stages}" if self.stages != STAGES else ""))
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads * self.slices
 
     def name(self, shape: ConvShape, batch: int) -> str:
         return f"dconv_{shape.tag()}_{self.tag()}_b{batch}"
@@ -48,13 +61,21 @@ def eligible(shape: ConvShape, groups: int = 1) -> bool:
     return groups == 1 and shape.C % BK == 0 and shape.N % 64 == 0
 
 
+def input_epilogue(shape: ConvShape) -> bool:
+    """Whether the kernel takes its producer's epilogue (emit.IN_ARGS and ZERO_ARGS; runtime/handoff.py): stride 1
+    and an output the size of its input, so the centre tap's staged pixels are the block's own output pixels."""
+    return shape.stride == (1, 1) and (shape.P, shape.Q) == (shape.H, shape.W)
+
+
 def chunks(shape: ConvShape) -> int:
     return shape.R * shape.S * shape.C // BK
 
 
-def smem_bytes(cfg: DenseConfig) -> int:
-    pipeline = STAGES * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4
-    reduce = cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 else 0
+def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:
+    """Dynamic shared memory: the pipeline's stages (and the producer's shift where the kernel for `shape` takes
+    its epilogue), or the partial tiles summed at the end where larger."""
+    pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + (shape.C * 4 if shape and input_epilogue(shape) else 0)
+    reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 or cfg.slices > 1 else 0
     return max(pipeline, reduce)
 
 
@@ -69,6 +90,9 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
     if cfg.bn not in (64, 128) or cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
         raise ValueError(f"{cfg.tag()}: the dense kernel takes bn 64 or 128, 128 or 256 threads and bm a multiple "
                          f"of {max(ty, cfg.threads // (BK // 4))}")
+    if cfg.slices not in SLICES or cfg.block_threads > 512:
+        raise ValueError(f"{cfg.tag()}: the dense kernel takes {', '.join(map(str, SLICES))} slices, "
+                         f"512 threads a block at most")
     if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
         raise ValueError(f"{cfg.tag()}: K split {cfg.ks} outside 1..{min(CLUSTER_MAX, chunks(shape))}")
 
@@ -80,12 +104,12 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
     if batch > MAX_BATCH or not eligible(shape):
         return []
     out = []
-    for bm, bn, threads in tiles:
+    for bm, bn, threads, slices in tiles:
         if shape.N % bn:
             continue
         tiles = math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn)
         splits = range(1, min(CLUSTER_MAX if clusters else 1, chunks(shape)) + 1)
-        out.append(DenseConfig(bm, bn, max((ks for ks in splits if tiles * ks <= sms), default=1), threads))
+        out.append(DenseConfig(bm, bn, max((ks for ks in splits if tiles * ks <= sms), default=1), threads, slices))
     return sorted(set(out))
 
 
@@ -100,10 +124,11 @@ def predict_us(shape: ConvShape, batch: int, cfg: DenseConfig, sms: int = 132, c
 def emitted(shape: ConvShape, batch: int, cfg: DenseConfig):
     """The kernel as the build bundles it (emit.EmittedKernel): one launch with the sparse kernels' arguments
     (emit.CONV_ARGS) and CRSN weights, its epilogue fused."""
-    from .emit import CONV_ARGS, PDL, EmittedKernel
+    from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
     fn, src = render(shape, batch, cfg)
-    steps = [{"op": "launch", "function": fn, "grid": grid(shape, batch, cfg), "block": [cfg.threads, 1, 1],
-              "smem": smem_bytes(cfg), "args": list(CONV_ARGS), "pdl": PDL}]
+    args = CONV_ARGS + (IN_ARGS + ZERO_ARGS if input_epilogue(shape) else [])
+    steps = [{"op": "launch", "function": fn, "grid": grid(shape, batch, cfg), "block": [cfg.block_threads, 1, 1],
+              "smem": smem_bytes(cfg, shape), "args": args, "pdl": PDL}]
     return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
 
 
@@ -115,5 +140,6 @@ def render(shape: ConvShape, batch: int, cfg: DenseConfig) -> tuple[str, str]:
     g = {"C": shape.C, "N": shape.N, "H": shape.H, "W": shape.W, "P": shape.P, "Q": shape.Q, "R": shape.R,
          "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
          "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "BM": cfg.bm, "BN": cfg.bn, "BK": BK,
-         "KS": cfg.ks, "STAGES": STAGES, "NK": chunks(shape), "THREADS": cfg.threads, "B": batch}
+         "KS": cfg.ks, "STAGES": cfg.stages, "NK": chunks(shape), "TT": cfg.threads, "SLICES": cfg.slices, "B": batch,
+         "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": False, "IN_BN": False}
     return fn, _env().get_template("dense_conv.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)

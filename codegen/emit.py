@@ -195,7 +195,8 @@ def render_sparse(shape: ConvShape, batch: int, config: KernelConfig, precision:
 CONV_ARGS = ["input", "weight", "output", "bias", "residual", "zeros", "relu"]
 
 
-# The producer's epilogue in the consumer's staging: a kernel that can take it (`input_epilogue`) also takes
+# The producer's epilogue in the consumer's staging: a kernel that can take it (`input_epilogue`; the dense kernel's
+# dense.input_epilogue, without IN_RES_ARGS) also takes
 # these. in_shift non-null: its input holds the producing conv's raw sums (a split's, added into a runtime
 # buffer), and each staged value in the image becomes relu(value + in_shift[c] (+ in_res[pixel][c])) before its
 # mask is built; the block's own pixels (its output tile's, at n tile 0) count their zeros into in_zeros and,

@@ -136,12 +136,17 @@ def sixteen_bit_cases() -> list[tuple]:
 
 def dense_cases() -> list[tuple]:
     """The dense FP32 kernel (codegen/dense.py): every tile it takes, K split in and out of a cluster (2 to 8 blocks),
-    ragged M (rows past the batch's pixels), stride 2, a 5x5 filter, padding, batch 1 and 3."""
+    ragged M (rows past the batch's pixels), stride 2, a 5x5 filter, padding, slices, batch 1 and 3."""
     cases = [(ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 4)),
              (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 128, 8)),
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 8, 256)),
              (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 128, 2)),
              (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1)),
              (ConvShape(512, 2048, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 128, 2)),
-             (ConvShape(32, 64, 12, 12, 5, 5, (1, 1), (2, 2)), dense.DenseConfig(32, 64, 3))]
+             (ConvShape(32, 64, 12, 12, 5, 5, (1, 1), (2, 2)), dense.DenseConfig(32, 64, 3)),
+             # slices: a cluster's and a lone block's, ragged M, more threads than the A tile has segments
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 128, 8, 128, 4)),
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 4, 128, 2)),
+             (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 1, 128, 4)),
+             (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1, 128, 2))]
     return [(dense.emitted(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]

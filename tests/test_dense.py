@@ -7,7 +7,7 @@ import re
 import pytest
 
 from snn.codegen import dense
-from snn.codegen.emit import CONV_ARGS
+from snn.codegen.emit import CONV_ARGS, IN_ARGS, ZERO_ARGS
 from snn.codegen.spec import ConvShape
 
 from buildfakes import pretend_spilled
@@ -48,15 +48,17 @@ def test_candidates_fill_one_wave_with_the_largest_split(shape):
             assert c.ks == min(dense.CLUSTER_MAX, dense.chunks(shape)) or blocks // c.ks * (c.ks + 1) > 132
             assert dense.smem_bytes(c) >= (c.bm * (c.bn + 4) * 4 if c.ks > 1 else 0)
     # the 3x3 256 @14 at batch 1: 7 x 4 tiles of 32 x 64, 4 blocks a cluster (112 of 132 SMs)
-    assert dense.DenseConfig(32, 64, 4) in dense.candidates(R3, 1)
+    assert dense.DenseConfig(32, 64, 4, 128, 2) in dense.candidates(R3, 1)
     assert all(c.ks == 1 for c in dense.candidates(R3, 1, clusters=False))
     assert dense.candidates(R3, dense.MAX_BATCH + 1) == []
 
 
 def test_render_names_sizes_and_the_cluster():
     fn, src = dense.render(R3, 1, dense.DenseConfig(32, 64, 4))
+    # the producer's epilogue on the staged chunk, its zeros counted at the centre tap; the grid clears a range
+    assert "in_shift != nullptr) epi_a(" in src and re.search(r"#define TAP0 \(4\)", src) and "zero_total / 4" in src
     assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1"
-    assert f"void __cluster_dims__(1, 1, 4) __launch_bounds__(THREADS)\n{fn}(" in src
+    assert f"void __cluster_dims__(1, 1, 4) __launch_bounds__(THREADS, 1)\n{fn}(" in src
     assert re.search(r"#define M 196\b", src) and re.search(r"#define NK 72\b", src) and "cluster.sync" in src
     assert "unsigned long long* __restrict__ zeros, int relu" in src and "griddepcontrol.wait" in src
     fn1, src1 = dense.render(S2, 8, dense.DenseConfig(64, 64, 1, 256))
@@ -64,14 +66,36 @@ def test_render_names_sizes_and_the_cluster():
     assert re.search(r"#define M 392\b", src1) and re.search(r"#define THREADS 256\b", src1)
 
 
+def test_slices_split_each_chunk_over_more_threads_and_sum_in_shared_memory():
+    cfg = dense.DenseConfig(32, 128, 8, 128, 4)
+    fn, src = dense.render(R3, 1, cfg)
+    assert fn.endswith("_m32n128k8t128s4_b1") and cfg.block_threads == 512
+    assert re.search(r"#define THREADS 512\b", src) and re.search(r"#define SLICES 4\b", src)
+    assert dense.emitted(R3, 1, cfg).steps[0]["block"] == [512, 1, 1]
+    # the reduction holds every slice's partial tile; it reuses the pipeline's memory where that is larger
+    assert dense.smem_bytes(cfg) == max(4 * 32 * 132 * 4, dense.smem_bytes(dense.DenseConfig(32, 128, 8)))
+    # a lone block (no cluster) with slices sums them in its own shared memory
+    fn1, src1 = dense.render(R3, 8, dense.DenseConfig(64, 64, 1, 128, 2))
+    assert "cluster.sync" not in src1 and "__cluster_dims__" not in src1 and "red + (slice * BM" in src1
+    assert dense.smem_bytes(dense.DenseConfig(64, 64, 1, 128, 2)) >= 2 * 64 * 68 * 4
+    with pytest.raises(ValueError, match="slices"):
+        dense.render(R3, 1, dense.DenseConfig(32, 64, 4, 128, 3))
+    with pytest.raises(ValueError, match="512 threads"):
+        dense.render(R3, 1, dense.DenseConfig(64, 64, 4, 256, 4))
+    assert all(t * s <= 512 for _, _, t, s in dense.TILES) and {s for *_, s in dense.TILES} == set(dense.SLICES)
+
+
 def test_the_bundled_kernel_takes_the_sparse_kernels_arguments():
     cfg = dense.DenseConfig(32, 128, 8)
     k = dense.emitted(R1, 1, cfg)
     (step,) = k.steps
     assert k.name == step["function"] == cfg.name(R1, 1) and k.epilogue and k.weight_layout == "CRSN"
-    assert step["args"] == CONV_ARGS and step["grid"] == [7, 2, 8] and step["block"] == [128, 1, 1]
-    assert step["smem"] == dense.smem_bytes(cfg) and step["pdl"]
-    assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128}
+    # stride 1, an output the size of its input: it can also take its producer's epilogue (runtime/handoff.py)
+    assert step["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS and step["grid"] == [7, 2, 8] and step["block"] == [128, 1, 1]
+    assert dense.emitted(S2, 1, dense.DenseConfig(32, 64, 8)).steps[0]["args"] == CONV_ARGS   # stride 2: not
+    assert step["smem"] == dense.smem_bytes(cfg, R1) == dense.smem_bytes(cfg) + 1024 * 4 and step["pdl"]
+    assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128, "slices": 1,
+                             "stages": dense.STAGES}
     # the time the manifest records: FFMAs a block at 128 a clock, plus a fixed part; more work, more time
     assert 3.0 < dense.predict_us(R1, 1, cfg) < dense.predict_us(R1, 8, dense.DenseConfig(32, 128, 1))
 
@@ -81,7 +105,7 @@ def test_kernels_compile_without_spills(tmp_path):
     from snn.codegen.cache import CubinCache
     from snn.codegen.compile import Compiler, problems
     sources = dict(dense.render(shape, b, cfg) for shape, b in [(R3, 1), (S2, 8), (WIDE, 1)]
-                   for cfg in dense.candidates(shape, b))
+                   for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),)))
     records = Compiler(CubinCache(tmp_path)).compile(sources, "sm_90").records
     for fn, rec in records.items():
         assert not problems(rec), (fn, problems(rec))
@@ -112,7 +136,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     spec.write_text(NET)
     shape_a = load_spec(spec).convs[1].shape
     cands = dense.candidates(shape_a, 1)
-    assert len(cands) == 2
+    assert len(cands) == len(dense.CANDIDATE_TILES)
     spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
     pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
@@ -129,7 +153,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     for name in offered:
         k = m["kernels"][name]
         assert k["config"]["family"] == "dense" and k["epilogue"] and k["weight_layout"] == "CRSN"
-        assert k["steps"][0]["args"] == CONV_ARGS and k["registers"] > 0 and k["batch"] == 1
+        assert k["steps"][0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS and k["registers"] > 0 and k["batch"] == 1
     assert not bundle.verify(r.manifest_path.parent, m)
     # calibrate's measurements pick the dense kernel where it measured faster, and the layer runs it at any sparsity
     meas = {}

@@ -46,8 +46,8 @@ def main() -> None:
             if pick is None:
                 continue
             kernels = [emit.render_sparse(shape, b, KernelConfig.from_dict(doc["kernels"][pick]["config"]))]
-            for bm, bn, threads in dense.TILES:
-                for cfg in dense.candidates(shape, b, tiles=((bm, bn, threads),)):
+            for tile in dense.TILES:
+                for cfg in dense.candidates(shape, b, tiles=(tile,)):
                     kernels.append(dense.emitted(shape, b, cfg))
             bad = runner.compile(kernels)
             kernels = [k for k in kernels if k.name not in bad]
