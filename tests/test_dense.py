@@ -56,7 +56,7 @@ def test_candidates_fill_one_wave_with_the_largest_split(shape):
 def test_render_names_sizes_and_the_cluster():
     fn, src = dense.render(R3, 1, dense.DenseConfig(32, 64, 4))
     # the producer's epilogue on the staged chunk, its zeros counted at the centre tap; the grid clears a range
-    assert "in_shift != nullptr) epi_a(" in src and re.search(r"#define TAP0 \(4\)", src) and "zero_total / 4" in src
+    assert "epi_a(it % STAGES, kc0 + it)" in src and "if (it == 0) __syncthreads();" in src and re.search(r"#define TAP0 \(4\)", src) and "zero_total / 4" in src
     assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1"
     assert f"void __cluster_dims__(1, 1, 4) __launch_bounds__(THREADS, 1)\n{fn}(" in src
     assert re.search(r"#define M 196\b", src) and re.search(r"#define NK 72\b", src) and "cluster.sync" in src
