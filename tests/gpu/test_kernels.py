@@ -54,16 +54,28 @@ def test_dense_kernels_match_float64(runner):
 
 
 def test_kernels_apply_their_producers_epilogue(runner):
-    """Kernels that take a producer's epilogue (stride 1, same size: runtime/handoff.py), classic, warp-tiled and
-    dense, on signed raw sums: relu(x + shift) applied while staging, its zeros counted exactly once (the dense
-    kernel's across a cluster's K split, at a 3x3's and a 5x5's centre tap), the range it is given cleared."""
-    cases = classic_cases() + warp_tiled_cases() + dense_cases()
+    """Kernels that take a producer's epilogue (stride 1, same size: runtime/handoff.py), classic and warp-tiled,
+    on signed raw sums: relu(x + shift) applied while staging, its zeros counted exactly once."""
+    cases = classic_cases() + warp_tiled_cases()
     bad = runner.compile([k for k, *_ in cases])
     assert not bad, bad
     rows = runner.check_convs(cases, seed=1, handoff=True)
-    kinds = {"warp-tiled" if "_w" in r["kernel"] else r["kernel"][:5] for r in rows}
-    assert len(rows) >= 8 and kinds == {"warp-tiled", "sconv", "dconv"}
-    assert sum(r["kernel"].startswith("dconv_r5s5") or "k8t" in r["kernel"] for r in rows) >= 4
+    assert len(rows) >= 8 and any("_w" in r["kernel"] for r in rows) and any("_w" not in r["kernel"] for r in rows)
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:5]
+
+
+def test_dense_kernels_apply_their_producers_epilogue(runner):
+    """The dense kernel on a producer's signed raw sums: relu(x + shift) on each staged chunk, its zeros counted
+    exactly once across a cluster's K split and at a 3x3's and a 5x5's centre tap, slices in and out of a cluster,
+    the range it is given cleared."""
+    cases = dense_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    rows = runner.check_convs(cases, seed=1, handoff=True)
+    names = [r["kernel"] for r in rows]
+    assert len(rows) >= 12 and any("r5s5" in n for n in names) and any("k8t128s4" in n for n in names)
+    assert not any("str2" in n for n in names)   # stride 2 takes no producer's epilogue
     wrong = [r for r in rows if not r["ok"]]
     assert not wrong, wrong[:5]
 

@@ -2,7 +2,7 @@
 # The dense FP32 kernel (codegen/dense.py) on the GPU: ResNet-152 built at batch 1 and 8 (its dense candidates
 # beside the sparse picks), then
 #   probe.py     per distinct conv shape and batch, every dense tile against the sparse pick at 0.7 and cuDNN FP32;
-#   checks       its template cases (tests/gpu/test_kernels.py -k "dense or producers": also taking a producer's
+#   checks       its template cases (tests/gpu/test_kernels.py -k dense: also taking a producer's
 #                epilogue) and every kernel of the bundle
 #                (tests/gpu/test_manifest_kernels.py) against float64, then the template cases under
 #                compute-sanitizer memcheck and racecheck.
@@ -22,13 +22,13 @@ for step in "${steps[@]}"; do
     probe) python3 "$here/probe.py" generated/resnet152/h100/manifest.json "$out/probe.json" > "$out/probe.log" 2>&1
            echo "probe exit code: $?" | tee -a "$out/probe.log"; tail -54 "$out/probe.log" ;;
     checks)
-      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or producers" 2>&1 | tail -3 | tee "$out/checks.log"
+      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense 2>&1 | tail -3 | tee "$out/checks.log"
       SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 \
         | tee -a "$out/checks.log"
       # --report-api-errors no: cuda-python probes optional driver entry points; those are not kernel errors
       for tool in memcheck racecheck; do
         compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --target-processes all \
-          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or producers" > "$out/$tool.log" 2>&1
+          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense > "$out/$tool.log" 2>&1
         echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
       done ;;
