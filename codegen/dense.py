@@ -26,8 +26,8 @@ MAX_BATCH = 8
 # (bm, bn, threads, slices) the kernel takes; the build offers CANDIDATE_TILES
 TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128),
                                             (64, 64, 256)) for s in (1, 2, 4) if t * s <= 512)
-# the three whose best per layer comes closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py: within
-# 1.01x), slices paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind)
+# the three whose best per layer came closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py), slices
+# paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind)
 CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2))
 SLICES = (1, 2, 4)
 
