@@ -27,7 +27,10 @@ for step in "${steps[@]}"; do
         | tee -a "$out/checks.log"
       # --report-api-errors no: cuda-python probes optional driver entry points; those are not kernel errors
       for tool in memcheck racecheck; do
-        compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 --target-processes all \
+        # racecheck on the dense kernels alone: with torch's float64 reference convs instrumented too, the hand-off
+        # cases had not finished after 575 s
+        only=(); [ $tool = racecheck ] && only=(--kernel-name kns=dconv_)
+        compute-sanitizer --tool $tool "${only[@]}" --report-api-errors no --error-exitcode 9 --target-processes all \
           python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense > "$out/$tool.log" 2>&1
         echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
