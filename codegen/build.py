@@ -292,7 +292,8 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
 def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     """The dense kernels (codegen/dense.py) each planned layer and small batch is offered beside its sparse picks,
     rendered into `wanted` / `emitted`: {"names": {kernel}, "layers": {(layer index, batch): [(kernel, us)]}}. Not
-    for layers whose kernels write a concat's slice or stage a pre-activation (the dense kernel does neither)."""
+    for layers whose kernels write a concat's slice (the dense kernel does not); a layer that reads a pre-activation
+    gets the kernel that applies it while staging (DenseConfig.in_bn), as its sparse kernels do."""
     out = {"names": set(), "layers": {}}
     dense = stages.dense
     if dense is None:
@@ -301,9 +302,9 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     for b, plan in plans.items():
         for lp in plan.layers:
             layer, shape = lp.layer, lp.layer.shape
-            if layer.groups != 1 or layer.into_concat or layer.bn_input:   # its kernels take out_ld / in_bn
+            if layer.groups != 1 or layer.into_concat:   # its kernels take out_ld
                 continue
-            for cfg in dense.candidates(shape, b, sms, clusters):
+            for cfg in dense.candidates(shape, b, sms, clusters, in_bn=bool(layer.bn_input)):
                 name = cfg.name(shape, b)
                 if name not in emitted:
                     emitted[name] = dense.emitted(shape, b, cfg)

@@ -9,7 +9,9 @@ and the zero count the next layer's dispatch reads. It takes the sparse kernels'
 and CRSN weights, so the build offers it as one more candidate at every level and `snn-run calibrate` keeps it
 where it measured faster (docs/kernels.md, "Dense FP32 convolution"). Where stride 1 keeps the output the size of
 the input it also takes its producer's epilogue (emit.IN_ARGS), so a channel split before it needs no epilogue
-launch in a graph (runtime/handoff.py).
+launch in a graph (runtime/handoff.py), and for a layer that reads a pre-activation (DenseNet's conv1 and
+transitions: a batchnorm + ReLU of a concat buffer's first channels) it reads that buffer in place and applies
+the batchnorm while staging (DenseConfig.in_bn, emit.IN_BN_ARGS), as the sparse kernels of such a layer do.
 """
 from __future__ import annotations
 
@@ -27,8 +29,12 @@ MAX_BATCH = 8
 TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128),
                                             (64, 64, 256)) for s in (1, 2, 4) if t * s <= 512)
 # the three whose best per layer came closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py), slices
-# paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind)
-CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2))
+# paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind), and 64 x 64 in two
+# slices: the fastest at batch 1 on seven of ResNet-152's twelve shapes that the others do not cover
+CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 64, 128, 2))
+# a block that takes the whole K range at batch 1 runs the most chunks: a deeper pipeline measured 9-13 % faster
+# there (two stages slower), and no faster where the K range is split
+DEEP_STAGES = 4
 SLICES = (1, 2, 4)
 
 
@@ -40,10 +46,11 @@ class DenseConfig:
     threads: int = 128   # threads that hold the tile (a slice)
     slices: int = 1      # slices a block, each over its share of every chunk's channels (threads * slices in all)
     stages: int = STAGES # chunks in the cp.async pipeline
+    in_bn: bool = False  # reads its input at a pitch, a pre-activation's batchnorm applied while staging
 
     def tag(self) -> str:
         return (f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}" + (f"s{self.slices}" if self.slices > 1 else "")
-                + (f"p{self.stages}" if self.stages != STAGES else ""))
+                + (f"p{self.stages}" if self.stages != STAGES else "") + ("bn" if self.in_bn else ""))
 
     @property
     def block_threads(self) -> int:
@@ -74,7 +81,8 @@ def chunks(shape: ConvShape) -> int:
 def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:
     """Dynamic shared memory: the pipeline's stages (and the producer's shift where the kernel for `shape` takes
     its epilogue), or the partial tiles summed at the end where larger."""
-    pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + (shape.C * 4 if shape and input_epilogue(shape) else 0)
+    staged = (2 if cfg.in_bn else 1) * shape.C * 4 if shape and input_epilogue(shape) else 0   # shift (and scale)
+    pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + staged
     reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 or cfg.slices > 1 else 0
     return max(pipeline, reduce)
 
@@ -95,13 +103,17 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
                          f"512 threads a block at most")
     if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
         raise ValueError(f"{cfg.tag()}: K split {cfg.ks} outside 1..{min(CLUSTER_MAX, chunks(shape))}")
+    if cfg.in_bn and not input_epilogue(shape):
+        raise ValueError(f"{shape.tag()}: a pre-activation is applied while staging only at stride 1, output the "
+                         f"size of the input")
 
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
-               tiles=CANDIDATE_TILES) -> list[DenseConfig]:
+               tiles=CANDIDATE_TILES, in_bn: bool = False) -> list[DenseConfig]:
     """Per tile shape (CANDIDATE_TILES) the largest K split whose blocks fit one wave of one block an SM (batch 1 is
-    latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split."""
-    if batch > MAX_BATCH or not eligible(shape):
+    latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split. in_bn: for a
+    layer that reads a pre-activation (none where the kernel cannot apply it: stride 2)."""
+    if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
     out = []
     for bm, bn, threads, slices in tiles:
@@ -109,7 +121,9 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
             continue
         tiles = math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn)
         splits = range(1, min(CLUSTER_MAX if clusters else 1, chunks(shape)) + 1)
-        out.append(DenseConfig(bm, bn, max((ks for ks in splits if tiles * ks <= sms), default=1), threads, slices))
+        ks = max((ks for ks in splits if tiles * ks <= sms), default=1)
+        stages = DEEP_STAGES if batch == 1 and ks == 1 else STAGES
+        out.append(DenseConfig(bm, bn, ks, threads, slices, stages, in_bn))
     return sorted(set(out))
 
 
@@ -124,9 +138,9 @@ def predict_us(shape: ConvShape, batch: int, cfg: DenseConfig, sms: int = 132, c
 def emitted(shape: ConvShape, batch: int, cfg: DenseConfig):
     """The kernel as the build bundles it (emit.EmittedKernel): one launch with the sparse kernels' arguments
     (emit.CONV_ARGS) and CRSN weights, its epilogue fused."""
-    from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
+    from .emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, PDL, ZERO_ARGS, EmittedKernel
     fn, src = render(shape, batch, cfg)
-    args = CONV_ARGS + (IN_ARGS + ZERO_ARGS if input_epilogue(shape) else [])
+    args = CONV_ARGS + (IN_ARGS + ZERO_ARGS if input_epilogue(shape) else []) + (IN_BN_ARGS if cfg.in_bn else [])
     steps = [{"op": "launch", "function": fn, "grid": grid(shape, batch, cfg), "block": [cfg.block_threads, 1, 1],
               "smem": smem_bytes(cfg, shape), "args": args, "pdl": PDL}]
     return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
@@ -141,5 +155,5 @@ def render(shape: ConvShape, batch: int, cfg: DenseConfig) -> tuple[str, str]:
          "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
          "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "BM": cfg.bm, "BN": cfg.bn, "BK": BK,
          "KS": cfg.ks, "STAGES": cfg.stages, "NK": chunks(shape), "TT": cfg.threads, "SLICES": cfg.slices, "B": batch,
-         "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": False, "IN_BN": False}
+         "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": False, "IN_BN": cfg.in_bn}
     return fn, _env().get_template("dense_conv.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)

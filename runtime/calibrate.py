@@ -7,7 +7,8 @@ and the measured choice among candidates from the tuning file at load.
 
 Both numbers include the epilogue the network runs after the conv (bias + ReLU + zero count): fused
 into the sparse kernel's store, one snn_epilogue launch after cuDNN. Identical shapes are measured once per batch; cuDNN once per
-level. Progress is written to the tuning file after every shape, so an interrupted run resumes where
+level; a dense candidate (codegen/dense.py: its time does not depend on the input's zeros) once per shape and batch,
+its measurement shared by the levels that offer it. Progress is written to the tuning file after every shape, so an interrupted run resumes where
 it stopped; `remeasure` measures again what the file already holds.
 """
 from __future__ import annotations
@@ -24,6 +25,19 @@ from snn.codegen.spec import load_spec
 from .measure import common, inputs, timing
 from .measure.layer import measure_layer
 from .errors import RunError
+
+def sparsity_free(kentry: dict) -> bool:
+    """A kernel whose time does not depend on its input's zeros (the dense FP32 kernel, codegen/dense.py)."""
+    return kentry.get("config", {}).get("family") == "dense"
+
+
+def _measured_at_another_level(meas: dict, key, shape, b: int, levels, lv: float, kernel: str) -> dict | None:
+    for other in levels:
+        m = meas.get(key(shape, b, other, kernel)) if other != lv else None
+        if m and m.get("sparse_us") is not None:
+            return m
+    return None
+
 
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
               images_dir: str | None, weights_arg: str | None = None, seed: int = 0, reps: int = 30,
@@ -103,6 +117,12 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 rep = g["layers"][0]
                 conv = next(c for c in net.convs if c.name == rep)
                 shape, z = conv.shape, z_all[rep]
+                once = sparsity_free(caches[b].kernel(kernel))
+                if once and (done := _measured_at_another_level(meas, key, shape, b, levels, lv, kernel)):
+                    meas[key(shape, b, lv, kernel)] = dict(done, sparsity=None)
+                    if progress:
+                        progress.update(1)
+                    continue
                 weight = sd[f"{conv.param}.weight"].float().contiguous()
                 sets = [z[torch.as_tensor(p[:b].tolist(), device=z.device) % z.shape[0]] for p in perms]
                 xs = [inputs.at_level(s, lv) for s in sets]

@@ -150,3 +150,15 @@ def dense_cases() -> list[tuple]:
              (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 1, 128, 4)),
              (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1, 128, 2))]
     return [(dense.emitted(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
+
+
+def dense_pre_activation_cases() -> list[tuple]:
+    """The dense kernel for a layer that reads a pre-activation (DenseConfig.in_bn): DenseNet's conv1 and
+    transition shapes in and out of a cluster, slices, the deeper pipeline, a 3x3 with padding and ragged M (the
+    padding stays zero: the batchnorm applies to the image alone), batch 1 and 3."""
+    cases = [(ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 8, 128, 2)),
+             (ConvShape(256, 128, 56, 56, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 128, 1, stages=4)),
+             (ConvShape(512, 256, 28, 28, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 4, 128, 2)),
+             (ConvShape(1792, 896, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 128, 2, 128, 2)),
+             (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2))]
+    return [(dense.emitted(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases for b in (1, 3)]

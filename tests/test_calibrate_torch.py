@@ -71,6 +71,30 @@ def test_calibrate_measures_every_candidate_and_times_cudnn_once_a_level(setup):
     assert "0 measurement(s) to make" in run(args + ["--no-tune"])  # the picks are measured already
 
 
+def test_calibrate_measures_a_dense_candidate_once_for_all_levels(setup):
+    """A dense kernel (codegen/dense.py) takes as long whatever its input's zeros: measured at the first level that
+    offers it, its measurement shared by the others; the sparse picks are still measured at every level."""
+    spec, m, tmp = setup
+    data = json.loads(m.read_text())
+    for layer in data["layers"]:
+        for lk, lv in layer["batches"]["2"]["levels"].items():
+            alt = layer["name"] + "_dense"
+            data["kernels"][alt] = dict(data["kernels"][lv["kernel"]], config={"family": "dense", "bm": 32})
+            lv["candidates"] = [{"kernel": lv["kernel"], "predicted_us": 1.0}, {"kernel": alt, "predicted_us": 1.2}]
+    m.write_text(json.dumps(data))
+    args = ["calibrate", "--spec", str(spec), "--cache", str(tmp / "gen"), "--gpu", "fake", "--levels", "0.5,0.9"]
+    assert "12 measurement(s) to make" in run(args)
+    side = json.loads((m.parent / "tuning.json").read_text())["measurements"]
+    assert len(side) == 12
+    dense = {k: v for k, v in side.items() if "_dense" in k}
+    assert len(dense) == 6 and sum(v["sparsity"] is None for v in dense.values()) == 3   # measured at one level each
+    for layer in data["layers"]:
+        pair = [v for k, v in dense.items() if layer["name"] + "_dense" in k]
+        assert len(pair) == 2 and pair[0]["sparse_us"] == pair[1]["sparse_us"]
+    sparse = [v for k, v in side.items() if "_dense" not in k]
+    assert all(v["sparsity"] is not None for v in sparse) and len({v["sparse_us"] for v in sparse}) > 3
+
+
 def test_time_exhaustive_compares_model_with_best(setup):
     """The timing half of --exhaustive on a hand-made sample (building needs nvcc: not here)."""
     spec, m, tmp = setup

@@ -1,13 +1,14 @@
 """The dense FP32 conv kernel's configs, rendering and place in the build (codegen/dense.py); its arithmetic, fused
 epilogue and zero count are checked against float64 on the GPU (tests/gpu/test_dense_gpu.py, and every bundle kernel
 in tests/gpu/test_manifest_kernels.py)."""
+import dataclasses
 import math
 import re
 
 import pytest
 
 from snn.codegen import dense
-from snn.codegen.emit import CONV_ARGS, IN_ARGS, ZERO_ARGS
+from snn.codegen.emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, ZERO_ARGS
 from snn.codegen.spec import ConvShape
 
 from buildfakes import pretend_spilled
@@ -95,9 +96,38 @@ def test_the_bundled_kernel_takes_the_sparse_kernels_arguments():
     assert dense.emitted(S2, 1, dense.DenseConfig(32, 64, 8)).steps[0]["args"] == CONV_ARGS   # stride 2: not
     assert step["smem"] == dense.smem_bytes(cfg, R1) == dense.smem_bytes(cfg) + 1024 * 4 and step["pdl"]
     assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128, "slices": 1,
-                             "stages": dense.STAGES}
+                             "stages": dense.STAGES, "in_bn": False}
     # the time the manifest records: FFMAs a block at 128 a clock, plus a fixed part; more work, more time
     assert 3.0 < dense.predict_us(R1, 1, cfg) < dense.predict_us(R1, 8, dense.DenseConfig(32, 128, 1))
+
+
+def test_a_pre_activation_kernel_reads_its_input_at_a_pitch_and_takes_the_batchnorm():
+    """For a layer that reads a pre-activation (DenseNet's conv1: spec.ConvLayer.bn_input) the kernel takes
+    emit.IN_BN_ARGS after the hand-off's, reads the input at in_ld, stages the scale beside the shift, and is named
+    apart from the plain kernel of the same shape; stride 2 cannot apply it."""
+    shape = ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0))
+    cands = dense.candidates(shape, 1, in_bn=True)
+    assert cands and all(c.in_bn for c in cands)
+    assert [dataclasses.replace(c, in_bn=False) for c in cands] == dense.candidates(shape, 1)
+    cfg = cands[0]
+    k = dense.emitted(shape, 1, cfg)
+    assert k.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + IN_BN_ARGS
+    assert k.name.endswith("bn_b1") and k.name != dense.emitted(shape, 1, dataclasses.replace(cfg, in_bn=False)).name
+    assert k.steps[0]["smem"] == dense.smem_bytes(cfg, shape) >= dense.smem_bytes(dataclasses.replace(cfg, in_bn=False), shape) + 1024 * 4
+    assert "* in_ld + c0" in k.source and "in_scale" in k.source and "fmaf(v.x, sc.x, t.x)" in k.source
+    plain = dense.emitted(shape, 1, dataclasses.replace(cfg, in_bn=False)).source
+    assert "in_ld" not in plain and "in_scale" not in plain
+    assert dense.candidates(S2, 1, in_bn=True) == []
+    with pytest.raises(ValueError, match="stride 1"):
+        dense.render(S2, 1, dense.DenseConfig(32, 64, 8, in_bn=True))
+
+
+def test_batch_one_blocks_over_the_whole_k_range_get_the_deeper_pipeline():
+    shape = ConvShape(128, 512, 28, 28, 1, 1, (1, 1), (0, 0))
+    for b in (1, 8):
+        for c in dense.candidates(shape, b):
+            assert c.stages == (dense.DEEP_STAGES if b == 1 and c.ks == 1 else dense.STAGES), (b, c)
+    assert any(c.ks == 1 for c in dense.candidates(shape, 1)) and any(c.ks > 1 for c in dense.candidates(shape, 1))
 
 
 @needs_nvcc
@@ -106,6 +136,8 @@ def test_kernels_compile_without_spills(tmp_path):
     from snn.codegen.compile import Compiler, problems
     sources = dict(dense.render(shape, b, cfg) for shape, b in [(R3, 1), (S2, 8), (WIDE, 1)]
                    for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),)))
+    sources.update(dense.render(shape, 1, cfg) for shape in (R1, ConvShape(1792, 896, 14, 14, 1, 1, (1, 1), (0, 0)))
+                   for cfg in dense.candidates(shape, 1, in_bn=True))
     records = Compiler(CubinCache(tmp_path)).compile(sources, "sm_90").records
     for fn, rec in records.items():
         assert not problems(rec), (fn, problems(rec))

@@ -8,8 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
-from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, dense_cases, pre_activation_cases,  # noqa: E402
-                          sixteen_bit_cases, warp_tiled_cases)
+from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, dense_cases,  # noqa: E402
+                          dense_pre_activation_cases, pre_activation_cases, sixteen_bit_cases, warp_tiled_cases)
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -76,6 +76,19 @@ def test_dense_kernels_apply_their_producers_epilogue(runner):
     names = [r["kernel"] for r in rows]
     assert len(rows) >= 12 and any("r5s5" in n for n in names) and any("k8t128s4" in n for n in names)
     assert not any("str2" in n for n in names)   # stride 2 takes no producer's epilogue
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:5]
+
+
+def test_dense_kernels_apply_a_pre_activation(runner):
+    """The dense kernel for a layer that reads a pre-activation: a batchnorm's signed input read in place as the first
+    C channels of a NaN-poisoned wider buffer, relu(x * scale + shift) applied while staging (negative scales too),
+    its zeros counted exactly once across a cluster's split; and, without a scale, a producer's raw sums."""
+    cases = dense_pre_activation_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    rows = runner.check_convs(cases, seed=5, preact=True) + runner.check_convs(cases, seed=6, handoff=True)
+    assert len(rows) == 2 * len(cases) and any(k.steps[0]["grid"][2] > 1 for k, *_ in cases)
     wrong = [r for r in rows if not r["ok"]]
     assert not wrong, wrong[:5]
 

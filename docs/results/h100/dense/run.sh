@@ -1,9 +1,9 @@
 #!/bin/bash
-# The dense FP32 kernel (codegen/dense.py) on the GPU: ResNet-152 built at batch 1 and 8 (its dense candidates
-# beside the sparse picks), then
+# The dense FP32 kernel (codegen/dense.py) on the GPU: ResNet-152 and DenseNet-201 built at batch 1 and 8 (their
+# dense candidates beside the sparse picks), then
 #   probe.py     per distinct conv shape and batch, every dense tile against the sparse pick at 0.7 and cuDNN FP32;
 #   checks       its template cases (tests/gpu/test_kernels.py -k dense: also taking a producer's
-#                epilogue) and every kernel of the bundle
+#                epilogue or a pre-activation) and every kernel of both bundles
 #                (tests/gpu/test_manifest_kernels.py) against float64, then the template cases under
 #                compute-sanitizer memcheck and racecheck.
 #   bash docs/results/h100/dense/run.sh OUT [probe|checks ...]      (both by default)
@@ -16,7 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../../../.."
 . docs/results/h100/env.sh
 env_report > "$out/env.txt"
-snn-codegen build resnet152 --gpu h100 --batch 1,8 -j 16 2>&1 | tail -2 | tee "$out/build.log"
+for net in resnet152 densenet201; do
+  snn-codegen build $net --gpu h100 --batch 1,8 -j 16 2>&1 | tail -2
+done | tee "$out/build.log"
 for step in "${steps[@]}"; do
   case $step in
     probe) python3 "$here/probe.py" generated/resnet152/h100/manifest.json "$out/probe.json" > "$out/probe.log" 2>&1
