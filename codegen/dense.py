@@ -30,10 +30,11 @@ TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32
                                             (64, 64, 256)) for s in (1, 2, 4) if t * s <= 512)
 # the three whose best per layer came closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py), slices
 # paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind), and 64 x 64 in two
-# slices: the fastest at batch 1 on seven of ResNet-152's twelve shapes that the others do not cover
+# slices: the fastest at batch 1 on five of ResNet-152's twelve stride-1 shapes, up to 1.45x the other three
+# (docs/results/h100/dense/variants.*)
 CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 64, 128, 2))
-# a block that takes the whole K range at batch 1 runs the most chunks: a deeper pipeline measured 9-13 % faster
-# there (two stages slower), and no faster where the K range is split
+# a block that takes the whole K range at batch 1 runs the most chunks: four stages measured 9-13 % faster than
+# three there, within 3 % either way where the K range is split (variants.*)
 DEEP_STAGES = 4
 SLICES = (1, 2, 4)
 

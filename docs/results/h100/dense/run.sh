@@ -2,14 +2,15 @@
 # The dense FP32 kernel (codegen/dense.py) on the GPU: ResNet-152 and DenseNet-201 built at batch 1 and 8 (their
 # dense candidates beside the sparse picks), then
 #   probe.py     per distinct conv shape and batch, every dense tile against the sparse pick at 0.7 and cuDNN FP32;
+#   variants.py  per ResNet-152 batch-1 shape, tiles, K splits, pipeline depths and a no-main-loop twin (variants.*);
 #   checks       its template cases (tests/gpu/test_kernels.py -k dense: also taking a producer's
 #                epilogue or a pre-activation) and every kernel of both bundles
 #                (tests/gpu/test_manifest_kernels.py) against float64, then the template cases under
 #                compute-sanitizer memcheck and racecheck.
-#   bash docs/results/h100/dense/run.sh OUT [probe|checks ...]      (both by default)
+#   bash docs/results/h100/dense/run.sh OUT [probe|variants|checks ...]      (probe and checks by default)
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build and the cases (all hits here).
 set -uo pipefail
-out=$(realpath -m "${1:?usage: run.sh OUT [probe|checks ...]}"); shift
+out=$(realpath -m "${1:?usage: run.sh OUT [probe|variants|checks ...]}"); shift
 steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=(probe checks)
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +24,8 @@ for step in "${steps[@]}"; do
   case $step in
     probe) python3 "$here/probe.py" generated/resnet152/h100/manifest.json "$out/probe.json" > "$out/probe.log" 2>&1
            echo "probe exit code: $?" | tee -a "$out/probe.log"; tail -54 "$out/probe.log" ;;
+    variants) python3 "$here/variants.py" time "$out/variants.json" > "$out/variants.log" 2>&1
+           echo "variants exit code: $?" | tee -a "$out/variants.log"; grep -v '^{' "$out/variants.log" ;;
     checks)
       python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense 2>&1 | tail -3 | tee "$out/checks.log"
       SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 \
@@ -37,6 +40,6 @@ for step in "${steps[@]}"; do
         echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
       done ;;
-    *) echo "unknown step $step (probe, checks)"; exit 2 ;;
+    *) echo "unknown step $step (probe, variants, checks)"; exit 2 ;;
   esac
 done
