@@ -6,10 +6,10 @@ the user names). The bundle itself is never written; the runtime derives thresho
 and the measured choice among candidates from the tuning file at load.
 
 Both numbers include the epilogue the network runs after the conv (bias + ReLU + zero count): fused
-into the sparse kernel's store, one snn_epilogue launch after cuDNN. Identical shapes are measured once per batch; cuDNN once per
-level; a dense candidate (codegen/dense.py: its time does not depend on the input's zeros) once per shape and batch,
-its measurement shared by the levels that offer it. Progress is written to the tuning file after every shape, so an interrupted run resumes where
-it stopped; `remeasure` measures again what the file already holds.
+into the sparse kernel's store, one snn_epilogue launch after cuDNN. Identical shapes are measured once per batch;
+cuDNN once per level; a dense candidate (codegen/dense.py: its time does not depend on the input's zeros) once per
+shape and batch, its measurement shared by the levels that offer it. Progress is written to the tuning file after
+every shape, so an interrupted run resumes where it stopped; `remeasure` measures again what the file already holds.
 """
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from snn.codegen.spec import load_spec
 from .measure import common, inputs, timing
 from .measure.layer import measure_layer
 from .errors import RunError
+
 
 def sparsity_free(kentry: dict) -> bool:
     """A kernel whose time does not depend on its input's zeros (the dense FP32 kernel, codegen/dense.py)."""

@@ -1,5 +1,5 @@
 """The dense FP32 conv kernel's configs, rendering and place in the build (codegen/dense.py); its arithmetic, fused
-epilogue and zero count are checked against float64 on the GPU (tests/gpu/test_dense_gpu.py, and every bundle kernel
+epilogue and zero count are checked against float64 on the GPU (tests/gpu/test_kernels.py, and every bundle kernel
 in tests/gpu/test_manifest_kernels.py)."""
 import dataclasses
 import math
