@@ -22,6 +22,30 @@ from snn.runtime.executor import Epilogue
 from snn.runtime.measure.timing import graph_call_s
 
 
+def operands(shape: ConvShape, batch: int, level: float, gen):
+    """(x, w, bias, out, epi) for one conv: a post-ReLU NHWC input at `level`, CRSN weights, and bias + residual +
+    ReLU + zero count fused (executor.Epilogue); drawn from `gen` in a fixed order."""
+    x = relu_input(torch, (batch, shape.H, shape.W, shape.C), level, gen)
+    w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda") * 0.05
+    bias = torch.randn(shape.N, generator=gen, device="cuda")
+    res = torch.randn((batch, shape.P, shape.Q, shape.N), generator=gen, device="cuda")
+    out = torch.empty((batch, shape.P, shape.Q, shape.N), device="cuda")
+    zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
+    return x, w, bias, out, Epilogue(bias, res.permute(0, 3, 1, 2), True, zeros, 0)
+
+
+def cudnn_us(x, w, bias, shape: ConvShape, tf32: bool = False) -> float:
+    """cuDNN's µs (channels_last, bias added) on the same operands, timed as the kernels are; TF32 as asked."""
+    xn = x.permute(0, 3, 1, 2)
+    wn = w.permute(3, 0, 1, 2).contiguous(memory_format=torch.channels_last)
+    torch.backends.cudnn.allow_tf32 = tf32
+    try:
+        return round(graph_call_s(torch, lambda: torch.nn.functional.conv2d(
+            xn, wn, bias, shape.stride, shape.padding)) * 1e6, 3)
+    finally:
+        torch.backends.cudnn.allow_tf32 = False
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("manifest")
@@ -51,22 +75,13 @@ def main() -> None:
                     kernels.append(dense.emitted(shape, b, cfg))
             bad = runner.compile(kernels)
             kernels = [k for k in kernels if k.name not in bad]
-            x = relu_input(torch, (b, shape.H, shape.W, shape.C), a.level, gen)
-            w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda") * 0.05
-            bias = torch.randn(shape.N, generator=gen, device="cuda")
-            res = torch.randn((b, shape.P, shape.Q, shape.N), generator=gen, device="cuda")
-            out = torch.empty((b, shape.P, shape.Q, shape.N), device="cuda")
-            zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
-            epi = Epilogue(bias, res.permute(0, 3, 1, 2), True, zeros, 0)
+            x, w, bias, out, epi = operands(shape, b, a.level, gen)
             row = {"shape": shape.tag(), "batch": b, "sparse": pick, "spilled": sorted(bad), "us": {}, "checks": {}}
             for k in kernels:
                 row["us"][k.name] = round(graph_call_s(torch, lambda k=k: runner.run(k, x, w, out, epi)) * 1e6, 3)
                 c = runner.check_conv(k, shape, b, a.level, gen)
                 row["checks"][k.name] = {key: c[key] for key in ("ok", "err_over_allowed", "zeros", "zeros_expected")}
-            xn = x.permute(0, 3, 1, 2)
-            wn = w.permute(3, 0, 1, 2).contiguous(memory_format=torch.channels_last)
-            row["us"]["cudnn_fp32"] = round(graph_call_s(torch, lambda: torch.nn.functional.conv2d(
-                xn, wn, bias, shape.stride, shape.padding)) * 1e6, 3)
+            row["us"]["cudnn_fp32"] = cudnn_us(x, w, bias, shape)
             rows.append(row)
             Path(a.out).write_text(json.dumps({"level": a.level, "manifest": a.manifest, "rows": rows}, indent=1))
     for b in sorted({r["batch"] for r in rows}):

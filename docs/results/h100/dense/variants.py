@@ -75,15 +75,15 @@ def kernels(shape):
 def main():
     mode = sys.argv[1]
     if mode == "compile":
-        from snn.codegen.compile import Compiler
+        from snn.codegen.compile import Compiler, problems
         srcs = {k.name: k.source for s in SHAPES for k, _, _ in kernels(shape_of(s))}
         rec = Compiler(None, 2).compile(srcs, "sm_90").records
-        from snn.codegen.compile import problems
         bad = {n: problems(r) for n, r in rec.items() if problems(r)}
         print(len(srcs), "kernels;", len(bad), "with problems", json.dumps(bad)[:2000])
         return
     import torch
-    from snn.runtime.check import KernelRunner, relu_input
+    from probe import cudnn_us, operands   # the same operands and cuDNN timing as probe.py (this folder)
+    from snn.runtime.check import KernelRunner
     from snn.runtime.executor import Epilogue
     from snn.runtime.measure.timing import graph_call_s
     torch.backends.cudnn.allow_tf32 = False
@@ -95,15 +95,10 @@ def main():
         shape = shape_of(t)
         ks = kernels(shape)
         if mode == "ncu":
-            ks = [x for x in ks if x[1] in ("nk0",) or x[2] in dense.candidates(shape, 1, tiles=((32, 128, 128, 1), (32, 64, 128, 2), (16, 128, 128, 1)))]
+            profiled = dense.candidates(shape, 1, tiles=((32, 128, 128, 1), (32, 64, 128, 2), (16, 128, 128, 1)))
+            ks = [x for x in ks if x[1] == "nk0" or x[2] in profiled]
         bad = runner.compile([k for k, _, _ in ks])
-        x = relu_input(torch, (1, shape.H, shape.W, shape.C), 0.37 if shape.C == 1024 else 0.72, gen)
-        w = torch.randn((shape.C, shape.R, shape.S, shape.N), generator=gen, device="cuda") * 0.05
-        bias = torch.randn(shape.N, generator=gen, device="cuda")
-        res = torch.randn((1, shape.P, shape.Q, shape.N), generator=gen, device="cuda")
-        out = torch.empty((1, shape.P, shape.Q, shape.N), device="cuda")
-        zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
-        epi = Epilogue(bias, res.permute(0, 3, 1, 2), True, zeros, 0)
+        x, w, bias, out, epi = operands(shape, 1, 0.37 if shape.C == 1024 else 0.72, gen)
         epi_none = Epilogue(None, None, False, None, 0)
         for k, why, cfg in ks:
             if k.name in bad:
@@ -124,13 +119,9 @@ def main():
             rows.append(r)
             print(json.dumps(r), flush=True)
         if mode != "ncu":
-            xn = x.permute(0, 3, 1, 2)
-            wn = w.permute(3, 0, 1, 2).contiguous(memory_format=torch.channels_last)
             for tf in (False, True):
-                torch.backends.cudnn.allow_tf32 = tf
-                rows.append({"shape": shape.tag(), "kernel": "cudnn_tf32" if tf else "cudnn_fp32", "us": round(graph_call_s(
-                    torch, lambda: torch.nn.functional.conv2d(xn, wn, bias, shape.stride, shape.padding)) * 1e6, 3)})
-            torch.backends.cudnn.allow_tf32 = False
+                rows.append({"shape": shape.tag(), "kernel": "cudnn_tf32" if tf else "cudnn_fp32",
+                             "us": cudnn_us(x, w, bias, shape, tf)})
     if mode != "ncu":
         json.dump(rows, open(sys.argv[2], "w"), indent=1)
         for s in dict.fromkeys(r["shape"] for r in rows):
