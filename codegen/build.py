@@ -291,9 +291,10 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
 
 def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     """The dense kernels (codegen/dense.py) each planned layer and small batch is offered beside its sparse picks,
-    rendered into `wanted` / `emitted`: {"names": {kernel}, "layers": {(layer index, batch): [(kernel, us)]}}. Not
-    for layers whose kernels write a concat's slice (the dense kernel does not); a layer that reads a pre-activation
-    gets the kernel that applies it while staging (DenseConfig.in_bn), as its sparse kernels do."""
+    rendered into `wanted` / `emitted`: {"names": {kernel}, "layers": {(layer index, batch): [(kernel, us)]}}. A
+    layer that reads a pre-activation gets the kernel that applies it while staging (DenseConfig.in_bn), one whose
+    output only a concat reads the kernel that stores into the concat's buffer (DenseConfig.out_ld), as its sparse
+    kernels do."""
     out = {"names": set(), "layers": {}}
     dense = stages.dense
     if dense is None:
@@ -302,9 +303,10 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     for b, plan in plans.items():
         for lp in plan.layers:
             layer, shape = lp.layer, lp.layer.shape
-            if layer.groups != 1 or layer.into_concat:   # its kernels take out_ld
+            if layer.groups != 1:
                 continue
-            for cfg in dense.candidates(shape, b, sms, clusters, in_bn=bool(layer.bn_input)):
+            for cfg in dense.candidates(shape, b, sms, clusters, in_bn=bool(layer.bn_input),
+                                        out_ld=bool(layer.into_concat)):
                 name = cfg.name(shape, b)
                 if name not in emitted:
                     emitted[name] = dense.emitted(shape, b, cfg)

@@ -11,7 +11,9 @@ where it measured faster (docs/kernels.md, "Dense FP32 convolution"). Where stri
 the input it also takes its producer's epilogue (emit.IN_ARGS), so a channel split before it needs no epilogue
 launch in a graph (runtime/handoff.py), and for a layer that reads a pre-activation (DenseNet's conv1 and
 transitions: a batchnorm + ReLU of a concat buffer's first channels) it reads that buffer in place and applies
-the batchnorm while staging (DenseConfig.in_bn, emit.IN_BN_ARGS), as the sparse kernels of such a layer do.
+the batchnorm while staging (DenseConfig.in_bn, emit.IN_BN_ARGS), and for a layer whose output only a concat reads
+(DenseNet's growth convs) it stores into the concat buffer's channel slice (DenseConfig.out_ld, emit.OUT_ARGS), as
+the sparse kernels of such layers do.
 """
 from __future__ import annotations
 
@@ -25,9 +27,10 @@ STAGES = 3           # cp.async pipeline depth
 CLUSTER_MAX = 8      # the portable cluster size
 # batches the build offers it at: beyond, the sparse kernels' larger tiles and cuDNN fill the GPU themselves
 MAX_BATCH = 8
-# (bm, bn, threads, slices) the kernel takes; the build offers CANDIDATE_TILES
+# (bm, bn, threads, slices) the kernel takes; the build offers CANDIDATE_TILES (and NARROW_TILES)
 TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32, 128, 128), (64, 128, 128),
-                                            (64, 64, 256)) for s in (1, 2, 4) if t * s <= 512)
+                                            (64, 64, 256), (16, 32, 128), (32, 32, 128), (64, 32, 128))
+              for s in (1, 2, 4) if t * s <= 512)
 # the three whose best per layer came closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py), slices
 # paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind), and 64 x 64 in two
 # slices: the fastest at batch 1 on five of ResNet-152's twelve stride-1 shapes, up to 1.45x the other three
@@ -36,26 +39,36 @@ CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 
 # a block that takes the whole K range at batch 1 runs the most chunks: four stages measured 9-13 % faster than
 # three there, within 3 % either way where the K range is split (variants.*)
 DEEP_STAGES = 4
+# 32-channel tiles (8 threads along N): the only ones for 32 output channels (DenseNet's growth convs), and more
+# blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted)
+NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 SLICES = (1, 2, 4)
 
 
 @dataclass(frozen=True, order=True)
 class DenseConfig:
     bm: int          # pixels a block tile
-    bn: int          # output channels a block tile (64 or 128: 16 threads of 4 or 8 channels)
+    bn: int          # output channels a block tile (32, 64 or 128: 8 threads of 4, 16 of 4 or 8 channels)
     ks: int          # blocks of a cluster splitting the K range (1: no cluster)
     threads: int = 128   # threads that hold the tile (a slice)
     slices: int = 1      # slices a block, each over its share of every chunk's channels (threads * slices in all)
     stages: int = STAGES # chunks in the cp.async pipeline
     in_bn: bool = False  # reads its input at a pitch, a pre-activation's batchnorm applied while staging
+    out_ld: bool = False # stores its output at a pitch it is given (a concat buffer's channel slice)
 
     def tag(self) -> str:
         return (f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}" + (f"s{self.slices}" if self.slices > 1 else "")
-                + (f"p{self.stages}" if self.stages != STAGES else "") + ("bn" if self.in_bn else ""))
+                + (f"p{self.stages}" if self.stages != STAGES else "") + ("bn" if self.in_bn else "")
+                + ("ld" if self.out_ld else ""))
 
     @property
     def block_threads(self) -> int:
         return self.threads * self.slices
+
+    @property
+    def tx(self) -> int:
+        """Threads along N, 4 channels each (then 64 apart where bn = 128)."""
+        return min(16, self.bn // 4)
 
     def name(self, shape: ConvShape, batch: int) -> str:
         return f"dconv_{shape.tag()}_{self.tag()}_b{batch}"
@@ -65,8 +78,8 @@ class DenseConfig:
 
 
 def eligible(shape: ConvShape, groups: int = 1) -> bool:
-    """16-byte copies of BK-channel chunks and whole 64-channel tiles."""
-    return groups == 1 and shape.C % BK == 0 and shape.N % 64 == 0
+    """16-byte copies of BK-channel chunks and whole 32-channel tiles."""
+    return groups == 1 and shape.C % BK == 0 and shape.N % 32 == 0
 
 
 def input_epilogue(shape: ConvShape) -> bool:
@@ -93,11 +106,13 @@ def grid(shape: ConvShape, batch: int, cfg: DenseConfig) -> list[int]:
 
 
 def check(shape: ConvShape, cfg: DenseConfig) -> None:
-    ty = cfg.threads // 16
+    if cfg.bn not in (32, 64, 128):
+        raise ValueError(f"{cfg.tag()}: the dense kernel takes bn 32, 64 or 128")
+    ty = cfg.threads // cfg.tx
     if not eligible(shape) or shape.N % cfg.bn:
         raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
-    if cfg.bn not in (64, 128) or cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
-        raise ValueError(f"{cfg.tag()}: the dense kernel takes bn 64 or 128, 128 or 256 threads and bm a multiple "
+    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
+        raise ValueError(f"{cfg.tag()}: the dense kernel takes 128 or 256 threads and bm a multiple "
                          f"of {max(ty, cfg.threads // (BK // 4))}")
     if cfg.slices not in SLICES or cfg.block_threads > 512:
         raise ValueError(f"{cfg.tag()}: the dense kernel takes {', '.join(map(str, SLICES))} slices, "
@@ -109,22 +124,37 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
                          f"size of the input")
 
 
+def _split(shape: ConvShape, batch: int, bm: int, bn: int, sms: int, clusters: bool) -> tuple[int, int]:
+    """(tiles, the largest K split whose blocks fit one wave of one block an SM); no split without clusters."""
+    tiles = math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn)
+    splits = range(1, min(CLUSTER_MAX if clusters else 1, chunks(shape)) + 1)
+    return tiles, max((ks for ks in splits if tiles * ks <= sms), default=1)
+
+
+def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True) -> bool:
+    """Whether NARROW_TILES are offered: where no wider tile fits N, or where the wider tiles' blocks, split as far
+    as a cluster goes, fill less than half the SMs."""
+    wide = [_split(shape, batch, bm, bn, sms, clusters) for bm, bn, _, _ in CANDIDATE_TILES if shape.N % bn == 0]
+    return not wide or max(t * ks for t, ks in wide) < sms / 2
+
+
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
-               tiles=CANDIDATE_TILES, in_bn: bool = False) -> list[DenseConfig]:
-    """Per tile shape (CANDIDATE_TILES) the largest K split whose blocks fit one wave of one block an SM (batch 1 is
-    latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split. in_bn: for a
-    layer that reads a pre-activation (none where the kernel cannot apply it: stride 2)."""
+               tiles=None, in_bn: bool = False, out_ld: bool = False) -> list[DenseConfig]:
+    """Per tile shape (CANDIDATE_TILES, and NARROW_TILES where narrow_wanted) the largest K split whose blocks fit
+    one wave of one block an SM (batch 1 is latency-bound: fewer chunks a block, no second wave); without clusters
+    (before sm_90) no split. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it:
+    stride 2); out_ld: for a layer that stores into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
+    if tiles is None:
+        tiles = CANDIDATE_TILES + (NARROW_TILES if narrow_wanted(shape, batch, sms, clusters) else ())
     out = []
     for bm, bn, threads, slices in tiles:
         if shape.N % bn:
             continue
-        tiles = math.ceil(batch * shape.P * shape.Q / bm) * (shape.N // bn)
-        splits = range(1, min(CLUSTER_MAX if clusters else 1, chunks(shape)) + 1)
-        ks = max((ks for ks in splits if tiles * ks <= sms), default=1)
+        _, ks = _split(shape, batch, bm, bn, sms, clusters)
         stages = DEEP_STAGES if batch == 1 and ks == 1 else STAGES
-        out.append(DenseConfig(bm, bn, ks, threads, slices, stages, in_bn))
+        out.append(DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld))
     return sorted(set(out))
 
 
@@ -139,9 +169,10 @@ def predict_us(shape: ConvShape, batch: int, cfg: DenseConfig, sms: int = 132, c
 def emitted(shape: ConvShape, batch: int, cfg: DenseConfig):
     """The kernel as the build bundles it (emit.EmittedKernel): one launch with the sparse kernels' arguments
     (emit.CONV_ARGS) and CRSN weights, its epilogue fused."""
-    from .emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, PDL, ZERO_ARGS, EmittedKernel
+    from .emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, OUT_ARGS, PDL, ZERO_ARGS, EmittedKernel
     fn, src = render(shape, batch, cfg)
-    args = CONV_ARGS + (IN_ARGS + ZERO_ARGS if input_epilogue(shape) else []) + (IN_BN_ARGS if cfg.in_bn else [])
+    args = (CONV_ARGS + (IN_ARGS + ZERO_ARGS if input_epilogue(shape) else []) + (OUT_ARGS if cfg.out_ld else [])
+            + (IN_BN_ARGS if cfg.in_bn else []))
     steps = [{"op": "launch", "function": fn, "grid": grid(shape, batch, cfg), "block": [cfg.block_threads, 1, 1],
               "smem": smem_bytes(cfg, shape), "args": args, "pdl": PDL}]
     return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
@@ -155,6 +186,6 @@ def render(shape: ConvShape, batch: int, cfg: DenseConfig) -> tuple[str, str]:
     g = {"C": shape.C, "N": shape.N, "H": shape.H, "W": shape.W, "P": shape.P, "Q": shape.Q, "R": shape.R,
          "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
          "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "BM": cfg.bm, "BN": cfg.bn, "BK": BK,
-         "KS": cfg.ks, "STAGES": cfg.stages, "NK": chunks(shape), "TT": cfg.threads, "SLICES": cfg.slices, "B": batch,
-         "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": False, "IN_BN": cfg.in_bn}
+         "KS": cfg.ks, "STAGES": cfg.stages, "NK": chunks(shape), "TT": cfg.threads, "TX": cfg.tx, "SLICES": cfg.slices,
+         "B": batch, "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": cfg.out_ld, "IN_BN": cfg.in_bn}
     return fn, _env().get_template("dense_conv.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)

@@ -95,7 +95,7 @@ def warp_tiled_cases() -> list[tuple]:
 def concat_slice_cases() -> list[tuple]:
     """Kernels that store at a pitch they are given (KernelConfig.out_ld: a concat's channel slice): DenseNet's
     conv2 shapes (3x3, 128 -> 32) as splits and as direct stores, classic and warp-tiled, a ragged N and P/Q, a 1x1
-    conv, batch 1 and 3."""
+    conv, batch 1 and 3; and the dense kernel's 32-channel tiles on those shapes (in and out of a cluster, slices)."""
     cases = [(ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 8, 32, 1, 7, 1)),
              (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(3, 4, 4, 32, 1)),
              (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 7, 128, 32, 1)),
@@ -103,8 +103,13 @@ def concat_slice_cases() -> list[tuple]:
              (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 128, 32, 1, 2, 4)),
              (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2)),
              (ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0)), KernelConfig(4, 4, 40, 32, 2))]
-    return [(emit.render_sparse(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in cases
-            for b in (1, 3)]
+    dense_cases = [(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8)),
+                   (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 32, 4)),
+                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2))]
+    return ([(emit.render_sparse(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in cases
+             for b in (1, 3)]
+            + [(dense.emitted(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in dense_cases
+               for b in (1, 3)])
 
 
 def pre_activation_cases() -> list[tuple]:
@@ -148,7 +153,11 @@ def dense_cases() -> list[tuple]:
              (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 128, 8, 128, 4)),
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 4, 128, 2)),
              (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 1, 128, 4)),
-             (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1, 128, 2))]
+             (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1, 128, 2)),
+             # 32-channel tiles (8 threads along N): DenseNet's 3x3 and a 7x7 map's 1x1, ragged M, a lone block
+             (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8)),
+             (ConvShape(1024, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 32, 8)),
+             (ConvShape(64, 96, 9, 11, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2))]
     return [(dense.emitted(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 
@@ -160,5 +169,6 @@ def dense_pre_activation_cases() -> list[tuple]:
              (ConvShape(256, 128, 56, 56, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 128, 1, stages=4)),
              (ConvShape(512, 256, 28, 28, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 4, 128, 2)),
              (ConvShape(1792, 896, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 128, 2, 128, 2)),
-             (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2))]
+             (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2)),
+             (ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 32, 8))]
     return [(dense.emitted(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases for b in (1, 3)]

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from snn.codegen import dense
-from snn.codegen.emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, ZERO_ARGS
+from snn.codegen.emit import CONV_ARGS, IN_ARGS, IN_BN_ARGS, OUT_ARGS, ZERO_ARGS
 from snn.codegen.spec import ConvShape
 
 from buildfakes import pretend_spilled
@@ -18,23 +18,26 @@ R3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 R1 = ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
 S2 = ConvShape(512, 512, 14, 14, 3, 3, (2, 2), (1, 1))
 WIDE = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0))
+GROWTH = ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1))     # DenseNet's 3x3: 32 output channels
 
 
-def test_eligibility_needs_whole_chunks_and_64_channel_tiles():
-    assert dense.eligible(R3) and dense.eligible(S2)
+def test_eligibility_needs_whole_chunks_and_32_channel_tiles():
+    assert dense.eligible(R3) and dense.eligible(S2) and dense.eligible(GROWTH)
     assert not dense.eligible(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)))    # a stem: C % 32
-    assert not dense.eligible(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)))   # N % 64 (DenseNet's 3x3)
+    assert not dense.eligible(ConvShape(128, 48, 14, 14, 3, 3, (1, 1), (1, 1)))   # N % 32
     assert not dense.eligible(R3, groups=2)
-    assert dense.candidates(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), 1) == []
+    assert dense.candidates(ConvShape(128, 48, 14, 14, 3, 3, (1, 1), (1, 1)), 1) == []
     with pytest.raises(ValueError, match="N % 128 == 0"):
         dense.render(ConvShape(64, 64, 8, 8, 1, 1, (1, 1), (0, 0)), 1, dense.DenseConfig(32, 128, 1))
-    with pytest.raises(ValueError, match="bn 64 or 128"):
-        dense.render(R3, 1, dense.DenseConfig(32, 32, 1))
+    with pytest.raises(ValueError, match="bn 32, 64 or 128"):
+        dense.render(R3, 1, dense.DenseConfig(32, 96, 1))
+    with pytest.raises(ValueError, match="bm a multiple of 16"):   # 8 threads along N: 16 rows of 128 threads
+        dense.render(GROWTH, 1, dense.DenseConfig(8, 32, 1))
     with pytest.raises(ValueError, match="K split 9"):
         dense.render(R3, 1, dense.DenseConfig(32, 64, 9))
 
 
-@pytest.mark.parametrize("shape", [R3, R1, S2, WIDE])
+@pytest.mark.parametrize("shape", [R3, R1, S2, WIDE, GROWTH])
 def test_candidates_fill_one_wave_with_the_largest_split(shape):
     for b in (1, 2, 8):
         cands = dense.candidates(shape, b)
@@ -96,7 +99,7 @@ def test_the_bundled_kernel_takes_the_sparse_kernels_arguments():
     assert dense.emitted(S2, 1, dense.DenseConfig(32, 64, 8)).steps[0]["args"] == CONV_ARGS   # stride 2: not
     assert step["smem"] == dense.smem_bytes(cfg, R1) == dense.smem_bytes(cfg) + 1024 * 4 and step["pdl"]
     assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128, "slices": 1,
-                             "stages": dense.STAGES, "in_bn": False}
+                             "stages": dense.STAGES, "in_bn": False, "out_ld": False}
     # the time the manifest records: FFMAs a block at 128 a clock, plus a fixed part; more work, more time
     assert 3.0 < dense.predict_us(R1, 1, cfg) < dense.predict_us(R1, 8, dense.DenseConfig(32, 128, 1))
 
@@ -122,6 +125,49 @@ def test_a_pre_activation_kernel_reads_its_input_at_a_pitch_and_takes_the_batchn
         dense.render(S2, 1, dense.DenseConfig(32, 64, 8, in_bn=True))
 
 
+def test_narrow_tiles_where_nothing_wider_fits_or_the_wider_ones_leave_most_sms_idle():
+    """32-channel tiles (8 threads along N) are the only candidates for 32 output channels, are offered beside the
+    wider ones for a 7x7 map's 1x1 (the wider tiles fill 32 of 132 SMs at batch 1) and not where the wider tiles
+    fill the GPU; a thread's channels lie 4 * TX apart."""
+    assert {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(GROWTH, 1)} == set(dense.NARROW_TILES)
+    small = ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))
+    tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1)}
+    assert dense.narrow_wanted(small, 1) and tiles == set(dense.CANDIDATE_TILES) | set(dense.NARROW_TILES)
+    assert not dense.narrow_wanted(R3, 1) and all(c.bn > 32 for c in dense.candidates(R3, 1))
+    # 16 x 32 on the 3x3 @14: 13 tiles, 8 blocks a cluster
+    assert dense.DenseConfig(16, 32, 8) in dense.candidates(GROWTH, 1)
+    fn, src = dense.render(GROWTH, 1, dense.DenseConfig(16, 32, 8))
+    assert re.search(r"#define TX 8\b", src) and "n0 + tx * 4 + 4 * TX * j" not in src   # the split's path
+    assert "(kk + k4) * BN + j * 4 * TX" in src
+    assert re.search(r"#define TX 16\b", dense.render(R3, 1, dense.DenseConfig(32, 128, 1))[1])
+
+
+def test_a_concat_slice_kernel_stores_at_the_pitch_it_is_given():
+    """For a layer whose output only a concat reads (DenseNet's growth convs: spec.ConvLayer.into_concat) the kernel
+    takes emit.OUT_ARGS after the hand-off's and stores pixel m at m * out_ld; the residual stays dense (m * N)."""
+    cands = dense.candidates(GROWTH, 1, out_ld=True)
+    assert cands and all(c.out_ld for c in cands)
+    assert [dataclasses.replace(c, out_ld=False) for c in cands] == dense.candidates(GROWTH, 1)
+    k = dense.emitted(GROWTH, 1, cands[0])
+    assert k.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + OUT_ARGS and k.name.endswith("ld_b1")
+    assert "(size_t)m * out_ld + n" in k.source and "residual + (size_t)m * N + n" in k.source
+    plain = dense.emitted(GROWTH, 1, dataclasses.replace(cands[0], out_ld=False)).source
+    assert "int out_ld" not in plain and "(size_t)m * N + n;" in plain
+    both = dense.emitted(ConvShape(1024, 128, 7, 7, 1, 1, (1, 1), (0, 0)), 1, dense.DenseConfig(16, 32, 8, in_bn=True,
+                                                                                             out_ld=True))
+    assert both.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + OUT_ARGS + IN_BN_ARGS
+
+
+def test_the_epilogue_operands_are_read_before_the_main_loop():
+    """The bias (a constant) is read before the programmatic wait; a split's residual right after it."""
+    for cfg in (dense.DenseConfig(32, 128, 8), dense.DenseConfig(32, 128, 1, stages=4)):
+        src = dense.render(R1, 1, cfg)[1]
+        wait, loop = src.index("griddepcontrol.wait"), src.index("for (int it = 0; it < nk; ++it)")
+        assert src.index("bpre") < wait and "bias + n" not in src[loop:]
+        if cfg.ks > 1:
+            assert wait < src.index("rpre[it] = ") < loop and "it < RP ? rpre[it]" in src
+
+
 def test_batch_one_blocks_over_the_whole_k_range_get_the_deeper_pipeline():
     shape = ConvShape(128, 512, 28, 28, 1, 1, (1, 1), (0, 0))
     for b in (1, 8):
@@ -137,6 +183,10 @@ def test_kernels_compile_without_spills(tmp_path):
     sources = dict(dense.render(shape, b, cfg) for shape, b in [(R3, 1), (S2, 8), (WIDE, 1)]
                    for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),)))
     sources.update(dense.render(shape, 1, cfg) for shape in (R1, ConvShape(1792, 896, 14, 14, 1, 1, (1, 1), (0, 0)))
+                   for cfg in dense.candidates(shape, 1, in_bn=True))
+    sources.update(dense.render(shape, b, cfg) for shape in (GROWTH, ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)))
+                   for b in (1, 8) for cfg in dense.candidates(shape, b, out_ld=True))
+    sources.update(dense.render(shape, 1, cfg) for shape in [ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))]
                    for cfg in dense.candidates(shape, 1, in_bn=True))
     records = Compiler(CubinCache(tmp_path)).compile(sources, "sm_90").records
     for fn, rec in records.items():
@@ -180,7 +230,10 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
         assert names[0] == lv["kernel"] and names[0].startswith("sconv_") and names[1:] == offered
         assert all(c["predicted_us"] > 0 for c in lv["candidates"])
     assert "candidates" not in layers["a"]["batches"]["16"]["levels"]["0.50"]   # batch 16 > MAX_BATCH: sparse only
-    assert "b" not in layers or "candidates" not in layers["b"]["batches"]["1"]["levels"]["0.50"]   # N = 32
+    # N = 32: the 32-channel tiles
+    shape_b = load_spec(spec).convs[2].shape
+    assert [c["kernel"] for c in layers["b"]["batches"]["1"]["levels"]["0.50"]["candidates"][1:]] == [
+        c.name(shape_b, 1) for c in dense.candidates(shape_b, 1)] and dense.candidates(shape_b, 1)[0].bn == 32
     assert spilled not in m["kernels"] and "1 dense kernels left out (they spill)" in r.summary()
     for name in offered:
         k = m["kernels"][name]
