@@ -150,22 +150,12 @@ def test_a_concat_slice_kernel_stores_at_the_pitch_it_is_given():
     assert [dataclasses.replace(c, out_ld=False) for c in cands] == dense.candidates(GROWTH, 1)
     k = dense.emitted(GROWTH, 1, cands[0])
     assert k.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + OUT_ARGS and k.name.endswith("ld_b1")
-    assert "(size_t)m * out_ld + n" in k.source and "residual + (size_t)m * N + n" in k.source
+    assert "(size_t)m * out_ld + n;" in k.source and "residual + (size_t)m * N + n" in k.source
     plain = dense.emitted(GROWTH, 1, dataclasses.replace(cands[0], out_ld=False)).source
     assert "int out_ld" not in plain and "(size_t)m * N + n;" in plain
     both = dense.emitted(ConvShape(1024, 128, 7, 7, 1, 1, (1, 1), (0, 0)), 1, dense.DenseConfig(16, 32, 8, in_bn=True,
                                                                                              out_ld=True))
     assert both.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + OUT_ARGS + IN_BN_ARGS
-
-
-def test_the_epilogue_operands_are_read_before_the_main_loop():
-    """The bias (a constant) is read before the programmatic wait; a split's residual right after it."""
-    for cfg in (dense.DenseConfig(32, 128, 8), dense.DenseConfig(32, 128, 1, stages=4)):
-        src = dense.render(R1, 1, cfg)[1]
-        wait, loop = src.index("griddepcontrol.wait"), src.index("for (int it = 0; it < nk; ++it)")
-        assert src.index("bpre") < wait and "bias + n" not in src[loop:]
-        if cfg.ks > 1:
-            assert wait < src.index("rpre[it] = ") < loop and "it < RP ? rpre[it]" in src
 
 
 def test_batch_one_blocks_over_the_whole_k_range_get_the_deeper_pipeline():
