@@ -40,8 +40,11 @@ CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 
 # three there, within 3 % either way where the K range is split (variants.*)
 DEEP_STAGES = 4
 # 32-channel tiles (8 threads along N): the only ones for 32 output channels (DenseNet's growth convs), and more
-# blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted)
+# blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted), at
+# batch 1: at batch 8 calibrate picked them for DenseNet-201's 3x3 convs at 7x7 and 56x56, and in the graph those
+# took longer than the sparse kernels they replaced (replay 3.692 -> 3.769 ms; 1.501 -> 1.419 at batch 1)
 NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
+NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)
 
 
@@ -132,8 +135,10 @@ def _split(shape: ConvShape, batch: int, bm: int, bn: int, sms: int, clusters: b
 
 
 def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True) -> bool:
-    """Whether NARROW_TILES are offered: where no wider tile fits N, or where the wider tiles' blocks, split as far
-    as a cluster goes, fill less than half the SMs."""
+    """Whether NARROW_TILES are offered (up to NARROW_MAX_BATCH): where no wider tile fits N, or where the wider
+    tiles' blocks, split as far as a cluster goes, fill less than half the SMs."""
+    if batch > NARROW_MAX_BATCH:
+        return False
     wide = [_split(shape, batch, bm, bn, sms, clusters) for bm, bn, _, _ in CANDIDATE_TILES if shape.N % bn == 0]
     return not wide or max(t * ks for t, ks in wide) < sms / 2
 

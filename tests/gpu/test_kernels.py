@@ -94,14 +94,15 @@ def test_dense_kernels_apply_a_pre_activation(runner):
 
 
 def test_kernels_write_a_concat_slice(runner):
-    """Kernels that take out_ld (emit.OUT_ARGS), classic and warp-tiled, fused stores (bias + ReLU, zeros counted)
-    and splits adding with atomics: into channels [4, 4 + N) of a NaN-poisoned buffer N + 12 wide, every other
+    """Kernels that take out_ld (emit.OUT_ARGS), classic, warp-tiled and dense, fused stores (bias + ReLU, zeros
+    counted) and splits adding with atomics: into channels [4, 4 + N) of a NaN-poisoned buffer N + 12 wide, every other
     channel left NaN."""
     cases = concat_slice_cases()
     bad = runner.compile([k for k, *_ in cases])
     assert not bad, bad
     rows = runner.check_convs(cases, seed=2, sliced=True)
     assert len(rows) == len(cases) and any("_w" in r["kernel"] for r in rows) and {r["relu"] for r in rows} == {True, False}
+    assert any(r["kernel"].startswith("dconv_") for r in rows)
     wrong = [r for r in rows if not r["ok"]]
     assert not wrong, wrong[:5]
 

@@ -3,10 +3,10 @@
 # dense candidates beside the sparse picks), then
 #   probe.py     per distinct conv shape and batch, every dense tile against the sparse pick at 0.7 and cuDNN FP32;
 #   variants.py  per ResNet-152 batch-1 shape, tiles, K splits, pipeline depths and a no-main-loop twin (variants.*);
-#   checks       its template cases (tests/gpu/test_kernels.py -k dense: also taking a producer's
-#                epilogue or a pre-activation) and every kernel of both bundles
-#                (tests/gpu/test_manifest_kernels.py) against float64, then the template cases under
-#                compute-sanitizer memcheck and racecheck.
+#   checks       its template cases (tests/gpu/test_kernels.py -k "dense or concat_slice": also taking a
+#                producer's epilogue or a pre-activation, or storing into a concat's channel slice) and every
+#                kernel of both bundles (tests/gpu/test_manifest_kernels.py) against float64, then the template
+#                cases under compute-sanitizer memcheck and racecheck.
 #   bash docs/results/h100/dense/run.sh OUT [probe|variants|checks ...]      (probe and checks by default)
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same build and the cases (all hits here).
 set -uo pipefail
@@ -27,7 +27,7 @@ for step in "${steps[@]}"; do
     variants) python3 "$here/variants.py" time "$out/variants.json" > "$out/variants.log" 2>&1
            echo "variants exit code: $?" | tee -a "$out/variants.log"; grep -v '^{' "$out/variants.log" ;;
     checks)
-      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense 2>&1 | tail -3 | tee "$out/checks.log"
+      python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat_slice" 2>&1 | tail -3 | tee "$out/checks.log"
       SNN_RESULTS="$out" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py 2>&1 | tail -3 \
         | tee -a "$out/checks.log"
       # --report-api-errors no: cuda-python probes optional driver entry points; those are not kernel errors
@@ -36,7 +36,7 @@ for step in "${steps[@]}"; do
         # cases had not finished after 575 s
         only=(); [ $tool = racecheck ] && only=(--kernel-name kns=dconv_)
         compute-sanitizer --tool $tool "${only[@]}" --report-api-errors no --error-exitcode 9 --target-processes all \
-          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k dense > "$out/$tool.log" 2>&1
+          python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat_slice" > "$out/$tool.log" 2>&1
         echo "$tool exit code: $? (0: no error found)" | tee -a "$out/$tool.log"
         grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed|failed" "$out/$tool.log" | tail -3
       done ;;
