@@ -42,7 +42,8 @@ DEEP_STAGES = 4
 # 32-channel tiles (8 threads along N): the only ones for 32 output channels (DenseNet's growth convs), and more
 # blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted), at
 # batch 1: at batch 8 calibrate picked them for DenseNet-201's 3x3 convs at 7x7 and 56x56, and in the graph those
-# took longer than the sparse kernels they replaced (replay 3.692 -> 3.769 ms; 1.501 -> 1.419 at batch 1)
+# took longer than the sparse kernels they replaced (replay 3.692 -> 3.769 ms; 1.501 -> 1.419 at batch 1; the run
+# is docs/results/h100/fusion/not-kept/narrow-batch8 at 9f36111, in git history)
 NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)
