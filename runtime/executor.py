@@ -28,7 +28,7 @@ Executor, and no others:
                                      graph allocates nothing
     sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero, zeroed)  launch `kernel` for the conv `op` into
                                      `out`, epilogue included, or hand it to the next conv (runtime/handoff.py)
-    stores_slice(kernel, epi)        whether that launch can write a concat buffer's channel slice as `out`
+    stores_slice(kernel, epi, out)   whether that launch can write a concat buffer's channel slice as `out`
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
     last_trace                       replaced after each replay by the graph's trace, read back on first access
@@ -289,9 +289,10 @@ class Executor:
         return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
                                         self.convs[op.name].shape, epi, in_epi, into, zero, zeroed)
 
-    def stores_slice(self, kernel: str, epi: Epilogue) -> bool:
-        """Whether `kernel` with this epilogue writes a concat buffer's channel slice itself (kernels.stores_slice)."""
-        return stores_slice(self.cache.kernel(kernel), epi)
+    def stores_slice(self, kernel: str, epi: Epilogue, out=None) -> bool:
+        """Whether `kernel` with this epilogue writes a concat buffer's channel slice (`out`, where given) itself
+        (kernels.stores_slice)."""
+        return stores_slice(self.cache.kernel(kernel), epi, out)
 
     def dense_conv(self, op: Op, inp, epi: Epilogue):
         """cuDNN FP32 (NHWC out), then the epilogue in place (a bias alone goes into cuDNN's call); in 16 bits
@@ -485,7 +486,7 @@ class Executor:
             out = self.dense_conv(op, inp, epi)
         else:
             inp = inp.contiguous(memory_format=cl)
-            into = target is not None and self.stores_slice(kernel, epi)
+            into = target is not None and self.stores_slice(kernel, epi, target)
             out = target if into else torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
             self.sparse_conv(op, kernel, inp, out, epi, zeroed=into)
         ms = self._tock(t0, sync) if self.trace else None

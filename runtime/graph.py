@@ -313,7 +313,7 @@ class Capture:
                                                         value if op.name in self.stored else None, y)
                 self._regions[consumer] = region
             else:
-                into = target is not None and ex.stores_slice(kernel, epi)
+                into = target is not None and ex.stores_slice(kernel, epi, target)
                 value = target if into else torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype,
                                                         memory_format=cl)
                 cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero, zeroed=into)
@@ -326,7 +326,7 @@ class Capture:
             return value
         handle = self._new_handle(table.branches)
         self._select(i, counters, slot, inp.numel(), table, handle)
-        into = target is not None and all(ex.stores_slice(k, epi) for k in table.kernels)
+        into = target is not None and all(ex.stores_slice(k, epi, target) for k in table.kernels)
         out = {"y": target} if into else {}
 
         def dense():

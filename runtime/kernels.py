@@ -16,8 +16,9 @@
   same way (in_epi.scale, emit.IN_BN_ARGS), its input then a concat buffer's first channels read in place
   (`input_pitch`).
 - `out` may be the channel slice of a wider NHWC tensor (a concat chain's buffer, runtime/lower.py) where the
-  kernel stores it itself (`stores_slice`: emit.OUT_ARGS, no epilogue launch, no residual); `zeroed` says it
-  holds zeros already, so a split adds into it without a fill first.
+  kernel stores it itself (`stores_slice`: emit.OUT_ARGS, no epilogue launch, no residual, its store vectors
+  aligned in the buffer: `slice_aligned`); `zeroed` says it holds zeros already, so a split adds into it without
+  a fill first.
 """
 from __future__ import annotations
 
@@ -72,11 +73,35 @@ def takes_output_pitch(kentry: dict) -> bool:
     return _names(kentry, "out_ld")
 
 
-def stores_slice(kentry: dict, epi) -> bool:
-    """Whether a sparse_conv of this kernel with this epilogue can write the channel slice of a wider NHWC tensor:
-    the kernel stores (or adds) the output itself at a pitch it is given, and reads no residual there (the
-    residual is indexed at the output's offsets, so it must have the same pitch)."""
-    return takes_output_pitch(kentry) and not launches_epilogue(kentry, epi) and (epi is None or epi.residual is None)
+def store_vector(kentry: dict) -> int:
+    """Channels the kernel stores (or adds) as one vector at a pixel, as its template renders it: 4 for the dense
+    kernel, by nt for the warp-tiled ones, by nt where emit.vec_eligible (nt 2, 4 or 8 dividing N) for the classic
+    ones, else 1."""
+    cfg = kentry.get("config", {})
+    nt = int(cfg.get("nt", 1))
+    if cfg.get("family") == "dense":
+        return 4
+    if "wh" in cfg:
+        return 1 if nt == 1 else 2 if nt == 2 else 4
+    return (2 if nt == 2 else 4) if nt in (2, 4, 8) and kentry.get("shape", {}).get("N", 0) % nt == 0 else 1
+
+
+def slice_aligned(kentry: dict, out) -> bool:
+    """Whether the kernel's vector stores stay aligned in `out`, the channel slice of a wider NHWC tensor: its pixel
+    pitch and its first element's offset multiples of store_vector (a concat buffer's width and a layer's channel
+    offset in it need not be)."""
+    v = store_vector(kentry)
+    ld = pixel_pitch(out)
+    return ld is not None and ld % v == 0 and out.storage_offset() % v == 0
+
+
+def stores_slice(kentry: dict, epi, out=None) -> bool:
+    """Whether a sparse_conv of this kernel with this epilogue can write the channel slice of a wider NHWC tensor
+    (`out`, where given): the kernel stores (or adds) the output itself at a pitch it is given, its vectors aligned
+    there (slice_aligned), and reads no residual there (the residual is indexed at the output's offsets, so it must
+    have the same pitch)."""
+    return (takes_output_pitch(kentry) and not launches_epilogue(kentry, epi) and (epi is None or epi.residual is None)
+            and (out is None or slice_aligned(kentry, out)))
 
 
 def output_pitch(name: str, kentry: dict, out, epi, into, shape=None) -> int:
@@ -89,10 +114,11 @@ def output_pitch(name: str, kentry: dict, out, epi, into, shape=None) -> int:
     ld = pixel_pitch(out)
     if ld is None or ld == out.shape[1]:   # dense (the kernel indexes it as NHWC)
         return n if n is not None else out.shape[1]
-    if not stores_slice(kentry, epi):
+    if not stores_slice(kentry, epi, out):
         why = ("no out_ld argument" if not takes_output_pitch(kentry) else
                "its residual is read at the output's offsets" if epi is not None and epi.residual is not None else
-               "an epilogue launch writes it densely")
+               "an epilogue launch writes it densely" if launches_epilogue(kentry, epi) else
+               f"its {store_vector(kentry)}-channel stores would be misaligned at pitch {ld}")
         raise RunError(f"kernel '{name}' cannot write the channel slice of a wider tensor ({why})")
     return ld
 

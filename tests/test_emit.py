@@ -234,6 +234,29 @@ def test_out_ld_kernels_store_at_the_pixel_pitch_they_are_given():
             emit.render_sparse(S3, 1, cfg, precision)
 
 
+def test_the_runtime_knows_each_kernels_store_vector():
+    """kernels.store_vector (what a concat slice's pitch and offset must be multiples of: kernels.slice_aligned)
+    names the vector each template stores and adds with: classic by nt where N allows it, warp-tiled by nt, the
+    dense kernel float4."""
+    from snn.codegen import dense
+    from snn.runtime.kernels import store_vector
+    odd = ConvShape(128, 36, 14, 14, 3, 3, (1, 1), (1, 1))
+    vector = {1: "float", 2: "float2", 4: "float4"}
+    cases = [(S3, KernelConfig(2, 2, 256, 64, 2)), (S3, KernelConfig(2, 2, 256, 64, 4)), (S3, KernelConfig(2, 2, 16, 64, 1)),
+             (odd, KernelConfig(2, 2, 16, 32, 8)), (S3, KernelConfig(2, 2, 64, 32, 4, 2, 2)),
+             (S3, KernelConfig(2, 2, 64, 32, 1, 2, 2)), (S3, KernelConfig(2, 2, 64, 32, 2, 2, 2))]
+    seen = set()
+    for shape, cfg in cases:
+        k = emit.render_sparse(shape, 1, dataclasses.replace(cfg, out_ld=True))
+        v = store_vector({"config": cfg.to_dict(), "shape": {"N": shape.N}})
+        assert set(re.findall(r"\b(float[24]?) o = ", k.source)) == {vector[v]}, k.name
+        seen.add(v)
+    assert seen == {1, 2, 4}
+    cfg = dense.DenseConfig(16, 32, 8, out_ld=True)
+    src = dense.render(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), 1, cfg)[1]
+    assert store_vector({"config": cfg.to_dict(), "shape": {"N": 32}}) == 4 and "float4*>(output + e) = o" in src
+
+
 def test_in_bn_kernels_read_a_pre_activation_at_the_pitch_they_are_given():
     """A config with in_bn (KernelConfig: planned for layers whose input is a pre-activation, spec.ConvLayer.bn_input)
     takes in_scale and in_ld last (emit.IN_BN_ARGS): its input read at in_ld floats a pixel, each staged value

@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 from snn.codegen.spec import load_spec, parse_spec  # noqa: E402
 from snn.runtime import executor, manifest, weights  # noqa: E402
 from snn.runtime.errors import RunError  # noqa: E402
-from snn.runtime.kernels import CudaBackend  # noqa: E402
+from snn.runtime.kernels import CudaBackend, stores_slice  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -318,6 +318,16 @@ def test_cuda_backend_writes_a_concat_slice_at_its_pitch(tiny):
     # a dense output viewed NHWC-shaped (as tests/gpu/test_manifest_kernels passes it): N from the manifest entry
     be.sparse_conv("k", dict(fused, shape={"N": 8}), inp, w, torch.zeros(2, 5, 5, 8), {}, None, None)
     assert dev.calls[-1][5][-1] == (8, ctypes.c_int)
+    # float4 stores (the dense kernel's): a slice whose pitch or first channel is not a multiple of 4 is refused in
+    # one line, and the executor then gives the kernel a new tensor (kernels.stores_slice with the slice)
+    vec = dict(fused, config={"family": "dense"})
+    wide18 = torch.zeros(2, 18, 4, 4).contiguous(memory_format=torch.channels_last)
+    for bad, ld in ((buf[:, 6:14], 20), (wide18[:, 8:16], 18)):
+        with pytest.raises(RunError, match=f"its 4-channel stores would be misaligned at pitch {ld}"):
+            be.sparse_conv("k", vec, inp, w, bad, {}, None, None)
+        assert not stores_slice(vec, None, bad) and stores_slice(fused, None, bad)   # fused: scalar stores
+    be.sparse_conv("k", vec, inp, w, sl, {}, None, None)
+    assert stores_slice(vec, None, sl) and dev.calls[-1][5][-1] == (20, ctypes.c_int)
     n = len(dev.calls)
     no_ld = {"cubin": "/k.cubin", "epilogue": True, "steps": [dict(fused["steps"][0], args=fused["steps"][0]["args"][:-1])]}
     for k, epi, why in ((no_ld, None, "no out_ld argument"),
