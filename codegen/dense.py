@@ -47,6 +47,7 @@ DEEP_STAGES = 4
 NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)
+STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
 
 
 @dataclass(frozen=True, order=True)

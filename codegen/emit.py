@@ -108,7 +108,7 @@ def geometry(shape: ConvShape, batch: int, cfg: KernelConfig, precision: str = "
                 THREADS=cfg.threads, NT=cfg.nt, NB=cfg.threads * cfg.nt, KC=chunk_channels(shape, cfg), IH=ih,
                 IW=iw, NPIX=npix, NWORDS=math.ceil(npix / 32), WD=weight_ring_depth(shape, cfg),
                 MINB=min_blocks(shape, cfg), TILES_H=g["tiles_h"], TILES_W=g["tiles_w"],
-                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), SMEM=0,
+                TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], VEC=vec_eligible(shape, cfg), VW=store_vector(shape.N, cfg), SMEM=0,
                 DT=PRECISIONS[precision], IN_EPI=input_epilogue(shape, cfg, precision),
                 IN_RES=input_residual(shape, cfg, precision), OUT_LD=output_pitch(shape, cfg, precision),
                 IN_BN=cfg.in_bn, **cluster_geometry(shape, cfg))
@@ -145,7 +145,20 @@ def vec_eligible(shape: ConvShape, cfg: KernelConfig) -> bool:
     """Thread-contiguous output channels (8/16-byte copies, loads and stores per tap/pixel) where nt is 2, 4 or 8
     and N a multiple of nt (a thread's channels are all in range or all out): measured 0.93x the time of the
     strided mapping over 488 configs. Otherwise thread t owns channels n0 + t + k*threads."""
-    return cfg.nt in (2, 4, 8) and shape.N % cfg.nt == 0
+    return _vec_nt(shape.N, cfg.nt)
+
+
+def _vec_nt(n: int, nt: int) -> bool:
+    return nt in (2, 4, 8) and n % nt == 0
+
+
+def store_vector(n: int, cfg: KernelConfig) -> int:
+    """Channels a sparse kernel with N = n copies, loads, stores and adds as one vector at a tap or pixel (its
+    templates' VW): warp-tiled by nt, classic by nt where vec_eligible, else one. The runtime reads it too: a concat
+    slice's pitch and offset must be multiples of it (runtime/kernels.py, slice_aligned)."""
+    if cfg.warp_tiled:
+        return 1 if cfg.nt == 1 else 2 if cfg.nt == 2 else 4
+    return (2 if cfg.nt == 2 else 4) if _vec_nt(n, cfg.nt) else 1
 
 
 HOIST_REGS_MAX = 160  # accumulators + one channel's taps + hoisted values: 7x7-tile kernels past it spilled
@@ -353,7 +366,7 @@ def ws_geometry(shape: ConvShape, batch: int, cfg: KernelConfig) -> dict:
     return dict(B=batch, C=shape.C, N=shape.N, H=shape.H, W=shape.W, P=shape.P, Q=shape.Q, R=shape.R, S=shape.S,
                 SH=shape.stride[0], SW=shape.stride[1], PH=shape.padding[0], PW=shape.padding[1], TH=cfg.th, TW=cfg.tw,
                 WH=cfg.wh, WW=cfg.ww, WARPS=cfg.wh * cfg.ww, BTH=cfg.th * cfg.wh, BTW=cfg.tw * cfg.ww, IW=iw,
-                NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb,
+                NPIX=ih * iw, NWORDS=math.ceil(ih * iw / 32), TC=cfg.tc, THREADS=cfg.threads, NT=cfg.nt, NB=nb, VW=store_vector(shape.N, cfg),
                 XITER=xiter, WITER=-(-(r["KC"] * rs) // wrows_step), WROWS_STEP=wrows_step,
                 XFAST=r["KC"] % 4 == 0 and shape.C % 4 == 0 and xiter <= 4, TILES_H=g["tiles_h"],
                 TILES_W=g["tiles_w"], TILES_C=g["tiles_c"], TILES_N=g["tiles_n"], DT="float",

@@ -74,16 +74,16 @@ def takes_output_pitch(kentry: dict) -> bool:
 
 
 def store_vector(kentry: dict) -> int:
-    """Channels the kernel stores (or adds) as one vector at a pixel, as its template renders it: 4 for the dense
-    kernel, by nt for the warp-tiled ones, by nt where emit.vec_eligible (nt 2, 4 or 8 dividing N) for the classic
-    ones, else 1."""
+    """Channels the kernel stores (or adds) as one vector at a pixel, as the build rendered it: dense.STORE_VECTOR
+    for the dense kernel, emit.store_vector of its config for a sparse one; 1 for an entry that records no config."""
+    from snn.codegen import dense, emit
+    from snn.codegen.config import KernelConfig
     cfg = kentry.get("config", {})
-    nt = int(cfg.get("nt", 1))
     if cfg.get("family") == "dense":
-        return 4
-    if "wh" in cfg:
-        return 1 if nt == 1 else 2 if nt == 2 else 4
-    return (2 if nt == 2 else 4) if nt in (2, 4, 8) and kentry.get("shape", {}).get("N", 0) % nt == 0 else 1
+        return dense.STORE_VECTOR
+    if "nt" not in cfg:
+        return 1
+    return emit.store_vector(kentry["shape"]["N"], KernelConfig.from_dict(cfg))
 
 
 def slice_aligned(kentry: dict, out) -> bool:
