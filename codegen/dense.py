@@ -48,6 +48,7 @@ NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)
 STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
+SMEM_LIMIT = 227 * 1024   # a block's dynamic shared memory on sm_90 (opt-in), where the K splits run
 
 
 @dataclass(frozen=True, order=True)
@@ -97,12 +98,23 @@ def chunks(shape: ConvShape) -> int:
     return shape.R * shape.S * shape.C // BK
 
 
+def recv_bytes(cfg: DenseConfig) -> int:
+    """A K split's block receives every block's partial sums of its share of the tile (KS x SLICES x SHARE float4s)
+    while others may still run their main loops: beside the pipeline, not over it."""
+    if cfg.ks == 1:
+        return 0
+    return cfg.ks * cfg.slices * math.ceil(cfg.bm * cfg.bn // 4 / cfg.ks) * 16
+
+
 def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:
     """Dynamic shared memory: the pipeline's stages (and the producer's shift where the kernel for `shape` takes
-    its epilogue), or the partial tiles summed at the end where larger."""
+    its epilogue), then a K split's received partial sums (recv_bytes); without a split, the slices' partial tiles
+    summed at the end over the stages where larger."""
     staged = (2 if cfg.in_bn else 1) * shape.C * 4 if shape and input_epilogue(shape) else 0   # shift (and scale)
     pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + staged
-    reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 or cfg.slices > 1 else 0
+    if cfg.ks > 1:
+        return pipeline + recv_bytes(cfg)
+    reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.slices > 1 else 0
     return max(pipeline, reduce)
 
 
@@ -124,6 +136,9 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
                          f"512 threads a block at most")
     if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
         raise ValueError(f"{cfg.tag()}: K split {cfg.ks} outside 1..{min(CLUSTER_MAX, chunks(shape))}")
+    if smem_bytes(cfg, shape) > SMEM_LIMIT:
+        raise ValueError(f"{cfg.tag()}: {smem_bytes(cfg, shape)} bytes of shared memory for {shape.tag()}, over "
+                         f"{SMEM_LIMIT}")
     if cfg.in_bn and not input_epilogue(shape):
         raise ValueError(f"{shape.tag()}: a pre-activation is applied while staging only at stride 1, output the "
                          f"size of the input")

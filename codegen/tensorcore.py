@@ -46,9 +46,10 @@ def chunks(shape: ConvShape, bk: int = BK) -> int:
 
 
 def smem_bytes(cfg: TcConfig) -> int:
+    """The pipeline's stages, then a K split's received partial sums (KS x SHARE float4s of the tile), which other
+    blocks push while this one may still be in its main loop."""
     pipeline = cfg.stages * (cfg.bm + cfg.bn) * (cfg.bk + 8) * 2
-    reduce = cfg.bm * (cfg.bn + 4) * 4 if cfg.ks > 1 else 0
-    return max(pipeline, reduce)
+    return pipeline + (cfg.ks * math.ceil(cfg.bm * cfg.bn // 4 / cfg.ks) * 16 if cfg.ks > 1 else 0)
 
 
 def chunk_widths(shape: ConvShape) -> tuple[int, ...]:

@@ -50,7 +50,9 @@ def test_candidates_fill_one_wave_with_the_largest_split(shape):
             # the largest split that fits one wave: one more would not (unless none fits, or the limit is reached)
             assert blocks <= 132 or c.ks == 1
             assert c.ks == min(dense.CLUSTER_MAX, dense.chunks(shape)) or blocks // c.ks * (c.ks + 1) > 132
-            assert dense.smem_bytes(c) >= (c.bm * (c.bn + 4) * 4 if c.ks > 1 else 0)
+            # a split's block receives every block's partial sums of its share, beside the pipeline
+            assert dense.recv_bytes(c) >= (c.slices * c.bm * c.bn * 4 if c.ks > 1 else 0)
+            assert dense.smem_bytes(c) >= dense.recv_bytes(c) + c.stages * c.bn * dense.BK * 4
     # the 3x3 256 @14 at batch 1: 7 x 4 tiles of 32 x 64, 4 blocks a cluster (112 of 132 SMs)
     assert dense.DenseConfig(32, 64, 4, 128, 2) in dense.candidates(R3, 1)
     assert all(c.ks == 1 for c in dense.candidates(R3, 1, clusters=False))
@@ -63,7 +65,12 @@ def test_render_names_sizes_and_the_cluster():
     assert "epi_a(it % STAGES, kc0 + it)" in src and "if (it == 0) __syncthreads();" in src and re.search(r"#define TAP0 \(4\)", src) and "zero_total / 4" in src
     assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1"
     assert f"void __cluster_dims__(1, 1, 4) __launch_bounds__(THREADS, 1)\n{fn}(" in src
-    assert re.search(r"#define M 196\b", src) and re.search(r"#define NK 72\b", src) and "cluster.sync" in src
+    assert re.search(r"#define M 196\b", src) and re.search(r"#define NK 72\b", src)
+    # the split's partial tiles pushed into their owners' memory and counted on the owner's mbarrier: no cluster
+    # barrier after the main loop, and none before leaving
+    assert "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32" in src and "mbarrier.try_wait" in src
+    assert src.count("barrier.cluster.arrive") == 1 and src.count("barrier.cluster.wait") == 1
+    assert "cluster.sync" not in src and "map_shared_rank" not in src
     assert "unsigned long long* __restrict__ zeros, int relu" in src and "griddepcontrol.wait" in src
     fn1, src1 = dense.render(S2, 8, dense.DenseConfig(64, 64, 1, 256))
     assert fn1.endswith("_m64n64k1t256_b8") and "__cluster_dims__" not in src1 and "cluster.sync" not in src1
@@ -76,8 +83,9 @@ def test_slices_split_each_chunk_over_more_threads_and_sum_in_shared_memory():
     assert fn.endswith("_m32n128k8t128s4_b1") and cfg.block_threads == 512
     assert re.search(r"#define THREADS 512\b", src) and re.search(r"#define SLICES 4\b", src)
     assert dense.emitted(R3, 1, cfg).steps[0]["block"] == [512, 1, 1]
-    # the reduction holds every slice's partial tile; it reuses the pipeline's memory where that is larger
-    assert dense.smem_bytes(cfg) == max(4 * 32 * 132 * 4, dense.smem_bytes(dense.DenseConfig(32, 128, 8)))
+    # a split's block receives every slice's partial tile of its share from every block, beside the pipeline
+    assert dense.recv_bytes(cfg) == 4 * 32 * 128 * 4 == 4 * dense.recv_bytes(dense.DenseConfig(32, 128, 8))
+    assert dense.smem_bytes(cfg) == dense.smem_bytes(dense.DenseConfig(32, 128, 8)) + 3 * 32 * 128 * 4
     # a lone block (no cluster) with slices sums them in its own shared memory
     fn1, src1 = dense.render(R3, 8, dense.DenseConfig(64, 64, 1, 128, 2))
     assert "cluster.sync" not in src1 and "__cluster_dims__" not in src1 and "red + (slice * BM" in src1

@@ -7,7 +7,8 @@
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
-# KERNEL_CHECKS=0 leaves the float64 kernel checks out (a call that only times).
+# KERNEL_CHECKS=0 leaves the float64 kernel checks out (a call that only times). The replays then run again in the
+# reverse order (before2, after2; AGAIN=0: not).
 # NCU=1 also runs after's batch-1 replay under Nsight Compute, one kernel at a time (isolated.py):
 # OUT/isolated_NET_b1.md and the raw OUT/isolated_NET_b1.csv.gz.
 # ALSO="NAME:VAR=VALUE" adds a side NAME: after's bundles and calibration measured with VAR=VALUE in the
@@ -57,4 +58,19 @@ for side in "${sides[@]}"; do
     done
   ) >> "$out/log.txt" 2>&1
 done
+# the replays again, after first: with the same kernels on both sides, the side replayed second has measured up to
+# 1.5 % slower, so both orders are kept (before2 / after2 in table.md; AGAIN=0 leaves this out)
+if [ "${AGAIN:-1}" != 0 ]; then
+  for side in after before; do
+    tree=$before; [ $side = after ] && tree=$after
+    (
+      cd "$tree" && . docs/results/h100/env.sh
+      for net in "${nets[@]}"; do
+        for b in 1 8; do
+          python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}2_${net}_b$b.json" 2>&1 | grep -v Warning
+        done
+      done
+    ) >> "$out/log.txt" 2>&1
+  done
+fi
 (cd "$after" && . docs/results/h100/env.sh && python3 "$here/table.py" "$out") | tee -a "$out/log.txt"

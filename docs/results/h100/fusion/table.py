@@ -29,20 +29,22 @@ lines = ["# Where the time goes: snn's CUDA graph, before and after (H100, train
          "programmatic launches (after) a kernel's activity begins when it starts and waits for its predecessor, so "
          "the per-kind times overlap there; the replay time is the measure. A side other than before and after: "
          "after's build and calibration run with run.sh's ALSO variable set (nohandoff: SNN_HANDOFF=0, every split "
-         "runs its own epilogue; nopdl: SNN_PDL=0, plain launches).", ""]
+         "runs its own epilogue; nopdl: SNN_PDL=0, plain launches). before2 / after2: the same bundles replayed again "
+         "in the reverse order (after first).", ""]
 kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
 head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
        [f"{k} ms (n)" for k in kinds_all]
 lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] != "before", kv[0][2])):
+for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].endswith("2"), not kv[0][2].startswith("before"), kv[0][2])):
     err = max(d["rel_err_vs_fp64"], d.get("rel_err_worst_of_20", 0.0))
     cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{err:.1e}"]
     cells += [f"{d['kinds'][k][1]:.3f} ({d['kinds'][k][0]:.0f})" if k in d["kinds"] else "-" for k in kinds_all]
     lines.append("| " + " | ".join(cells) + " |")
 lines.append("")
-for net, b, side in sorted(k for k in runs if k[2] != "before"):
-    if (net, b, "before") in runs:
-        x, y = runs[(net, b, "before")]["replay_ms"], runs[(net, b, side)]["replay_ms"]
-        lines.append(f"- {net} batch {b}, {side}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
+for net, b, side in sorted(k for k in runs if not k[2].startswith("before")):
+    base = "before2" if side.endswith("2") else "before"   # the second pass (after first) against its own before
+    if (net, b, base) in runs:
+        x, y = runs[(net, b, base)]["replay_ms"], runs[(net, b, side)]["replay_ms"]
+        lines.append(f"- {net} batch {b}, {side} against {base}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
 (out / "table.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
