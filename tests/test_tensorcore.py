@@ -64,7 +64,9 @@ def test_render_names_and_sizes():
     cfg = tc.TcConfig(64, 64, 8, 9)
     fn, src = tc.render(R3, 1, cfg, "bf16")
     assert fn == "tconv_r3s3_str1_pad1_c256n256_h14w14_m64n64k8s9_b1_bf16"
-    assert f"void __cluster_dims__(1, 1, 8) __launch_bounds__(128)\n{fn}(" in src
+    # one block an SM (a split's blocks fill one wave): ptxas may use the registers that leaves (it spilled some
+    # splits' pushes at 64-80 registers otherwise)
+    assert f"void __cluster_dims__(1, 1, 8) __launch_bounds__(128, 1)\n{fn}(" in src
     assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in src and "cuda_bf16.h" in src
     assert re.search(r"#define M 196\b", src) and re.search(r"#define K 2304\b", src)
     # the split's partial sums pushed into their owners' memory, counted on the owner's mbarrier: no cluster barrier
