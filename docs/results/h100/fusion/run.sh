@@ -2,8 +2,9 @@
 # Where the batch-1 and batch-8 time of ResNet-152 and DenseNet-201 goes, before and after a change, in one run
 # on one H100: for each checkout, build (batch 1,8), calibrate on the photos (levels 0.4..0.9), then
 # breakdown.py per network and batch (trained-like profile, CUDA graph replay, CUPTI activities, float64 check);
-# table.py turns both into OUT/table.md. The after side first checks its kernels against float64
-# (tests/gpu/test_kernels.py, test_manifest_kernels.py: OUT/kernel_checks.log).
+# table.py turns both into OUT/table.md; each side's calibration is kept (OUT/SIDE_NET_tuning.json.gz). The after
+# side first checks its kernels against float64 (tests/gpu/test_kernels.py, test_manifest_kernels.py:
+# OUT/kernel_checks.log).
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
@@ -42,6 +43,8 @@ for side in "${sides[@]}"; do
     for net in "${nets[@]}"; do
       snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 $flags 2>&1 | tail -1
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 | tail -1
+      # what calibrate measured and picked, kept: picks differ between calibrations and set the replay time
+      gzip -c "generated/$net/h100/tuning.json" > "$out/${side}_${net}_tuning.json.gz"
       for b in 1 8; do
         python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
         if [ $side = after ] && [ $b = 1 ] && [ -n "${NCU:-}" ]; then
