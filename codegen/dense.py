@@ -98,12 +98,16 @@ def chunks(shape: ConvShape) -> int:
     return shape.R * shape.S * shape.C // BK
 
 
+def ksum_bytes(bm: int, bn: int, ks: int, slices: int = 1) -> int:
+    """What a block of a K split receives (templates/_ksum.cu.j2; this kernel's and the tensor-core kernel's): every
+    block's partial sums, of each of its slices, of its share of the bm x bn tile (SHARE float4s)."""
+    return ks * slices * math.ceil(bm * bn // 4 / ks) * 16
+
+
 def recv_bytes(cfg: DenseConfig) -> int:
-    """A K split's block receives every block's partial sums of its share of the tile (KS x SLICES x SHARE float4s)
-    while others may still run their main loops: beside the pipeline, not over it."""
-    if cfg.ks == 1:
-        return 0
-    return cfg.ks * cfg.slices * math.ceil(cfg.bm * cfg.bn // 4 / cfg.ks) * 16
+    """A K split's received partial sums (ksum_bytes), pushed while this block may still run its main loop: beside
+    the pipeline, not over it."""
+    return ksum_bytes(cfg.bm, cfg.bn, cfg.ks, cfg.slices) if cfg.ks > 1 else 0
 
 
 def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from .dense import ksum_bytes
 from .spec import ConvShape
 
 BK = 32                # channels a pipeline chunk; C % BK == 0 keeps a chunk inside one filter tap
@@ -49,7 +50,7 @@ def smem_bytes(cfg: TcConfig) -> int:
     """The pipeline's stages, then a K split's received partial sums (KS x SHARE float4s of the tile), which other
     blocks push while this one may still be in its main loop."""
     pipeline = cfg.stages * (cfg.bm + cfg.bn) * (cfg.bk + 8) * 2
-    return pipeline + (cfg.ks * math.ceil(cfg.bm * cfg.bn // 4 / cfg.ks) * 16 if cfg.ks > 1 else 0)
+    return pipeline + (ksum_bytes(cfg.bm, cfg.bn, cfg.ks) if cfg.ks > 1 else 0)
 
 
 def chunk_widths(shape: ConvShape) -> tuple[int, ...]:

@@ -23,6 +23,8 @@ nets=("$@"); [ ${#nets[@]} -eq 0 ] && nets=(resnet152 densenet201)
 out=$(realpath -m "$out"); mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../../.." && pwd)
 sides=(before after); [ -n "${CLUSTERS:-}" ] && sides+=(clusters)
+# one side's graph replayed and broken down: replay NAME NET BATCH -> OUT/NAME_NET_bBATCH.json (in the side's tree)
+replay() { python3 "$here/breakdown.py" "$2" "$3" "$photos" "$out/$1_$2_b$3.json" 2>&1 | grep -v Warning; }
 for side in "${sides[@]}"; do
   tree=$before; flags=""; [ $side = after ] && tree=$after
   if [ $side = clusters ]; then  # a copy of this checkout, so that its bundles do not replace after's
@@ -46,7 +48,7 @@ for side in "${sides[@]}"; do
       # what calibrate measured and picked, kept: picks differ between calibrations and set the replay time
       gzip -c "generated/$net/h100/tuning.json" > "$out/${side}_${net}_tuning.json.gz"
       for b in 1 8; do
-        python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}_${net}_b$b.json" 2>&1 | grep -v Warning
+        replay "$side" "$net" $b
         if [ $side = after ] && [ $b = 1 ] && [ -n "${NCU:-}" ]; then
           timeout 300 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
             --metrics "$(python3 "$here/isolated.py" --metrics)" --csv --page raw \
@@ -70,7 +72,7 @@ if [ "${AGAIN:-1}" != 0 ]; then
       cd "$tree" && . docs/results/h100/env.sh
       for net in "${nets[@]}"; do
         for b in 1 8; do
-          python3 "$here/breakdown.py" "$net" $b "$photos" "$out/${side}2_${net}_b$b.json" 2>&1 | grep -v Warning
+          replay "${side}2" "$net" $b
         done
       done
     ) >> "$out/log.txt" 2>&1
