@@ -10,6 +10,8 @@ into the sparse kernel's store, one snn_epilogue launch after cuDNN. Identical s
 cuDNN once per level; a dense candidate (codegen/dense.py: its time does not depend on the input's zeros) once per
 shape and batch, its measurement shared by the levels that offer it. Progress is written to the tuning file after
 every shape, so an interrupted run resumes where it stopped; `remeasure` measures again what the file already holds.
+Last, the dense candidates of the shapes several layers share are tried in the network's own CUDA graph, where
+their ranking alone does not hold (runtime/calibrate_graph.py); its verdicts go to the same file.
 """
 from __future__ import annotations
 
@@ -43,11 +45,14 @@ def _measured_at_another_level(meas: dict, key, shape, b: int, levels, lv: float
 def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, levels: list[float] | None,
               images_dir: str | None, weights_arg: str | None = None, seed: int = 0, reps: int = 30,
               warmup: int = 5, remeasure: bool = False, bar=None, cpu_dry_run: bool = False, log=print,
-              exhaustive: dict | None = None, tune: bool = True, tuning_path: str | None = None) -> dict:
+              exhaustive: dict | None = None, tune: bool = True, tuning_path: str | None = None,
+              graph: bool = True) -> dict:
     """exhaustive: {"layers": n, "configs": n, "level": x} to also time a sample of stage-1 survivors
     for a sample of layers at batches[0] (built here with nvcc through the cubin cache). tune: measure
     every candidate a level was built with and keep the fastest (else the model's pick only).
-    tuning_path: where the measurements go (default: tuning.json in the bundle)."""
+    tuning_path: where the measurements go (default: tuning.json in the bundle). graph: then try the
+    dense candidates of the most repeated shapes in the network's CUDA graph (runtime/calibrate_graph.py;
+    not in a CPU dry run, nor with tune off)."""
     from snn.codegen import bundle
 
     from . import manifest, tuning
@@ -101,10 +106,19 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     log(f"{net.name}: {len(groups)} distinct shapes x {len(batches)} batch(es) x {len(levels)} level(s); "
         f"{len(todo)} measurement(s) to make, {valid} valid in {tpath}"
         + (f" ({stale} of kernels since rebuilt, ignored)" if stale else ""))
+    loaded = None
+
+    def weights_and_images():
+        nonlocal loaded
+        if loaded is None:
+            sd, _ = inputs.load_weights(env, net, weights_arg, seed)
+            pool, pool_info = inputs.load_image_pool(net, images_dir, max(batches), seed)
+            side["images"], side["environment"] = pool_info, env.info()
+            loaded = sd, pool
+        return loaded
+
     if todo:
-        sd, _ = inputs.load_weights(env, net, weights_arg, seed)
-        pool, pool_info = inputs.load_image_pool(net, images_dir, max(batches), seed)
-        side["images"], side["environment"] = pool_info, env.info()
+        sd, pool = weights_and_images()
         need = {g["layers"][0] for g, *_ in todo}
         with torch.inference_mode():
             _, z_all = inputs.forward(net, sd, pool.to(env.device), keep=need)
@@ -144,7 +158,11 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
                 if progress:
                     progress.update(1)
         tuning.write(tpath, side)
-    rows = tuning.apply(copy.deepcopy(data), meas, net, tune)
+    if graph and tune and not cpu_dry_run:
+        from .calibrate_graph import calibrate_in_graph
+        sd, pool = weights_and_images()
+        calibrate_in_graph(env, net, spec, mpath, tpath, side, batches, sd, pool, remeasure=remeasure, log=log)
+    rows = tuning.apply(copy.deepcopy(data), meas, net, tune, graph=side.get("graph") if tune else None)
     exh = None
     if exhaustive:
         plan = build_exhaustive(spec, Path(mpath).parent.name, batches[0], exhaustive["level"], exhaustive["layers"],
@@ -165,6 +183,7 @@ def format_rows(result: dict) -> list[str]:
     for r in result["rows"]:
         t = "never" if r["never"] else f"{r['threshold']:.2f}" + (" static" if r.get("static") else "")
         extra = f"  {r['tuned_levels']} ({r['tuned_gain']:.3f}x)" if tuned and r.get("tuned_gain") else ""
+        extra += f"  in the graph: {r['in_graph']}" if r.get("in_graph") else ""
         lines.append(f"{r['layer']:<40} {r['batch']:>5} {t:>9}{extra}")
     return lines
 

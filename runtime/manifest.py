@@ -251,7 +251,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
             raise CacheError(f"{tpath}: no such tuning file (`snn-run calibrate --tuning {tpath}` writes one)")
         if tpath.is_file():
             doc = tuning.read(tpath, data)
-            rows = tuning.apply(data, doc["measurements"], net)
+            rows = tuning.apply(data, doc["measurements"], net, graph=doc.get("graph"))
         else:
             tpath = None
     # every cubin this batch size can run, inside the bundle and intact; then absolute paths in memory

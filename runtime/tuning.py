@@ -3,6 +3,7 @@
     tuning.json  {"schema": 1, "network", "gpu", "arch",
                   "measurements": {"<shape tag>|b<batch>|<level>|<kernel>|<cubin sha256>": {
                       "sparse_us", "dense_us", "dense_tf32_us", "sparsity", "rel_err_vs_cudnn_fp32", "layers"}},
+                  "graph": {"<shape tag>|b<batch>": {"kernel": <name> | null, "sha256", "ms": {...}, "layers"}},
                   "images", "environment"}
 
 A measurement is keyed by the kernel's cubin checksum, so a rebuild that leaves a kernel unchanged
@@ -14,7 +15,9 @@ measurements that still match the bundle, in the in-memory manifest only:
   beats the model's pick by TUNE_MARGIN), its `measured_us` and cuDNN's `dense_us`;
 - per layer and batch: `threshold`, the lowest level from which the sparse kernel wins at that level
   and every higher one (dispatch.NEVER when it never wins, or wins by less than a decision on the
-  device costs), `threshold_source: "calibrated"`, and `static_kernel` (see static_kernel()).
+  device costs), `threshold_source: "calibrated"`, and `static_kernel` (see static_kernel());
+- per shape and batch, where calibrate tried the dense candidates in the network's graph
+  (runtime/calibrate_graph.py) and one beat the choice above: that kernel as every such layer's `static_kernel`.
 
 No torch here: the runtime merges tuning on any machine, and the CPU tests check it.
 """
@@ -64,6 +67,17 @@ def measurement_key(shape_tag: str, batch: int, level: float, kernel: str, sha25
 
 def kernel_key(manifest: dict, shape_tag: str, batch: int, level: float, kernel: str) -> str:
     return measurement_key(shape_tag, batch, level, kernel, manifest["kernels"][kernel].get("sha256", ""))
+
+
+def graph_key(shape_tag: str, batch: int) -> str:
+    return f"{shape_tag}|b{batch}"
+
+
+def graph_valid(manifest: dict, verdicts: dict) -> bool:
+    """Every kept kernel of these in-graph verdicts is still in the bundle, unchanged."""
+    kernels = manifest.get("kernels", {})
+    return all(v.get("kernel") is None or kernels.get(v["kernel"], {}).get("sha256", "") == v.get("sha256", "")
+               for v in verdicts.values())
 
 
 def empty(manifest: dict) -> dict:
@@ -144,9 +158,10 @@ def _choose(manifest: dict, choice: dict, shape, b: int, lk: str, measurements: 
     return m["sparse_us"], dense
 
 
-def apply(manifest: dict, measurements: dict, net, tune: bool = True) -> list[dict]:
+def apply(manifest: dict, measurements: dict, net, tune: bool = True, graph: dict | None = None) -> list[dict]:
     """Write measured times, the chosen candidates and thresholds into the (in-memory) manifest for
-    every layer, batch and level that has a measurement; returns one summary row per (layer, batch)."""
+    every layer, batch and level that has a measurement, then the in-graph verdicts (`graph`: the tuning
+    file's section) whose kernel is unchanged; returns one summary row per (layer, batch)."""
     shapes = {c.name: c.shape for c in net.convs}
     rows = []
     for layer in manifest["layers"]:
@@ -178,9 +193,17 @@ def apply(manifest: dict, measurements: dict, net, tune: bool = True) -> list[di
                                     "dense_us_median": round(float(np.median([d for _, d in pairs.values()])), 3),
                                     "min_dense_over_sparse": round(min(d / s for s, d in pairs.values()), 3),
                                     "static": static is not None}
+            verdict = (graph or {}).get(graph_key(shape.tag(), int(b)))
+            in_graph = verdict.get("kernel") if verdict and graph_valid(manifest, {"": verdict}) else None
+            if in_graph and any(in_graph in candidates(c) for c in entry["levels"].values()):
+                entry["static_kernel"] = in_graph
+                entry["calibration"]["in_graph"] = in_graph
+            else:
+                in_graph = None
             rows.append({"layer": layer["name"], "shape": shape_label(shape), "batch": int(b),
                          "threshold": entry["threshold"], "never": never, "static": static is not None,
-                         "tuned_levels": sum(g > 1 for g in gains), "tuned_gain": geomean(gains)})
+                         "tuned_levels": sum(g > 1 for g in gains), "tuned_gain": geomean(gains),
+                         "in_graph": in_graph})
     return rows
 
 

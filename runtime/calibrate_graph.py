@@ -1,0 +1,143 @@
+"""`snn-run calibrate`'s last step: a shape's dense candidates tried in the network's own CUDA graph.
+
+A kernel timed alone (calibrate's Timer: L2 flushed, one launch) does not rank the dense FP32 candidates
+(codegen/dense.py) as the network runs them. In ResNet-152's graph at batch 8 the 35 1x1 1024->256 convs
+replayed the network in 6.52 ms on the tile that measured fastest alone and in 5.64 ms on one that measured
+level with it; the 36 1x1 256->1024 convs in 6.54 ms on the fastest alone (8 us a launch ahead) and in
+6.06 ms on one 10 us behind (docs/results/h100/calibrate/). Neighbours decide it: where a programmatic
+launch overlaps the previous kernel, whether a K split hands its epilogue to its consumer, what is still
+in L2.
+
+So, per batch, every conv shape that at least MIN_LAYERS layers share and that has sparsity-free candidates
+is tried in the graph: each candidate in turn made the shape's static kernel (every layer of the shape),
+the network captured and replayed (median of `reps`), against the calibrated choice measured just before.
+A candidate is kept only if it is MARGIN faster and stays so when both are measured again in the other
+order. Shapes go in order of their layer count, each on top of the verdicts before it (one pass of
+coordinate descent). The verdicts go to the tuning file's "graph" section (runtime/tuning.py applies
+them at load); the measurements are not touched.
+"""
+from __future__ import annotations
+
+import gc
+
+from . import tuning
+
+MIN_LAYERS = 2    # one layer's difference sits inside a replay's noise (+-0.5 % at batch 1)
+MARGIN = 0.003    # a replay's median moves ~0.15-0.3 % between captures of the same graph
+CALIBRATED = "calibrated"
+
+
+def refine(groups: list[tuple[str, list[str], list[str]]], measure, margin: float = MARGIN, log=None) -> dict:
+    """groups: (key, layers, candidate kernels) in the order to try; measure(overrides {layer: kernel}) -> ms
+    of the whole network. Returns {key: {"kernel": the kept candidate or None, "ms": {candidate: ms,
+    "calibrated": ms}}}."""
+    chosen: dict[str, str] = {}
+    verdicts = {}
+    for key, layers, cands in groups:
+        def trial(k):
+            return measure({**chosen, **{layer: k for layer in layers}})
+        tried = {CALIBRATED: measure(chosen)}
+        for k in cands:
+            tried[k] = trial(k)
+        best = min(cands, key=tried.get)
+        kept = None
+        if tried[best] < tried[CALIBRATED] * (1 - margin):  # a win must hold in the other order too, or it was noise
+            again = trial(best), measure(chosen)
+            if again[0] < again[1] * (1 - margin):
+                kept = best
+                chosen.update({layer: best for layer in layers})
+        verdicts[key] = {"kernel": kept, "ms": {k: round(v, 4) for k, v in tried.items()}}
+        if log:
+            log(f"  {key}: calibrated {tried[CALIBRATED]:.3f} ms, best candidate {tried[best]:.3f} ms"
+                + (f" ({best}): kept" if kept else ": calibrated choice kept"))
+    return verdicts
+
+
+def groups_to_try(net, cache, batch: int, measurements: dict, min_layers: int = MIN_LAYERS) -> list:
+    """(key, layers, candidates) for the shapes worth a trial at this batch: most layers first."""
+    from .calibrate import sparsity_free
+    from .measure import common
+    data = cache.data
+    names = [c.name for c in net.convs if cache.layer_entry(c.name, batch)]
+    out = []
+    for g in common.distinct_shapes(net, names):
+        layers, shape = g["layers"], g["shape"]
+        if len(layers) < min_layers:
+            continue
+        entry = cache.layer_entry(layers[0], batch)
+        cands = []
+        for lk, choice in entry["levels"].items():
+            for k in tuning.candidates(choice):
+                m = measurements.get(tuning.kernel_key(data, shape.tag(), batch, float(lk), k))
+                correct = m and m.get("rel_err_vs_cudnn_fp32") is not None and \
+                    m["rel_err_vs_cudnn_fp32"] < tuning.MAX_REL_ERR
+                if correct and k not in cands and sparsity_free(cache.kernel(k)) \
+                        and k != entry.get("static_kernel"):
+                    cands.append(k)
+        if cands:
+            out.append((tuning.graph_key(shape.tag(), batch), layers, cands))
+    out.sort(key=lambda g: -len(g[1]))
+    return out
+
+
+def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, batches: list[int], sd, pool,
+                       reps: int = 30, remeasure: bool = False, log=print) -> None:
+    """Try the candidates in the graph at each batch and write the verdicts into side (the tuning
+    document at tpath, written after each batch)."""
+    from . import manifest
+    from .executor import Executor
+    from .graph import GraphRunner, GraphUnavailable
+    from .measure.timing import event_median_s
+    torch = env.torch
+    graph = side.setdefault("graph", {})
+    for b in batches:
+        tag = f"|b{b}"
+        done = {k: v for k, v in graph.items() if k.endswith(tag)}
+        probe = manifest.load(mpath, net, spec, b, env.cc, tuning_path=False)
+        if done and not remeasure and tuning.graph_valid(probe.data, done) and \
+                {k for k, *_ in groups_to_try(net, probe, b, side["measurements"])} <= set(done):
+            log(f"in the graph, batch {b}: verdicts already in {tpath}")
+            continue
+        for k in done:  # measured again from the measurements' picks
+            del graph[k]
+        tuning.write(tpath, side)
+        cache = manifest.load(mpath, net, spec, b, env.cc, tuning_path=tpath)
+        groups = groups_to_try(net, cache, b, side["measurements"])
+        if not groups:
+            continue
+        x = pool[torch.arange(b) % pool.shape[0]].to(env.device).contiguous()
+
+        def measure(overrides: dict) -> float:
+            saved = {}
+            for layer, k in overrides.items():
+                e = cache.layer_entry(layer, b)
+                saved[layer] = e.get("static_kernel")
+                e["static_kernel"] = k
+            try:
+                ex = Executor(net, sd, env.backend(cache), cache, str(env.device), "auto")
+                runner = GraphRunner(ex, env.dev)
+                runner(x)
+                ms = event_median_s(torch, runner.replayer(x), reps, warmup=5) * 1e3
+                del runner, ex
+            finally:
+                for layer, k in saved.items():
+                    e = cache.layer_entry(layer, b)
+                    if k is None:
+                        e.pop("static_kernel", None)
+                    else:
+                        e["static_kernel"] = k
+            gc.collect()
+            torch.cuda.empty_cache()
+            return ms
+
+        log(f"in the graph, batch {b}: {len(groups)} shape(s), {sum(len(c) for *_, c in groups)} candidate(s)")
+        try:
+            with torch.inference_mode():
+                verdicts = refine(groups, measure, log=log)
+        except GraphUnavailable as e:
+            log(f"in the graph: skipped ({e})")
+            return
+        shas = cache.data["kernels"]
+        for (key, layers, _), v in zip(groups, verdicts.values()):
+            graph[key] = dict(v, layers=layers, sha256=shas[v["kernel"]].get("sha256") if v["kernel"] else None)
+        tuning.write(tpath, side)
