@@ -90,6 +90,7 @@ def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, batches: l
     from .measure.timing import event_median_s
     torch = env.torch
     graph = side.setdefault("graph", {})
+    sd = {k: v.detach().cpu() for k, v in sd.items()}  # as the engine gets them (runtime/weights.py)
     for b in batches:
         tag = f"|b{b}"
         done = {k: v for k, v in graph.items() if k.endswith(tag)}

@@ -140,13 +140,14 @@ def _bn_folds(g: _Graph) -> tuple[dict[str, str], dict[str, str]]:
 
 def _conv_weights(g: _Graph, sd: dict, folded: dict[str, str], dev):
     """Each conv's weight (FP32, channels_last, on dev) and bias (None if it has none), BN folded in float64.
-    A bias-free conv is folded with float64 zeros on the CPU, whatever the state_dict's device."""
+    A bias-free conv is folded with float64 zeros on its weight's device (a state_dict on the GPU works too)."""
     torch = import_torch()
     weight, bias = {}, {}
     for c in g.net.convs:
         node = g.nodes[c.name]
         w = sd[f"{c.param}.weight"].double()
-        b = sd[f"{c.param}.bias"].double() if node["bias"] else torch.zeros(node["out_channels"], dtype=torch.float64)
+        b = sd[f"{c.param}.bias"].double() if node["bias"] else torch.zeros(node["out_channels"], dtype=torch.float64,
+                                                                                 device=w.device)
         if c.name in folded:
             bn = g.nodes[folded[c.name]]
             sd64 = {k: sd[f"{bn.param}.{k}"].double() for k in ("weight", "bias", "running_mean", "running_var")}

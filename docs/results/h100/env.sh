@@ -1,7 +1,8 @@
 # Sourced by the result scripts: snn importable from this checkout (installed, or through a symlink when
 # nothing may be installed, as on a lent GPU machine), snn-codegen / snn-run on PATH, and env_report.
 export PYTHONUNBUFFERED=1
-if ! python3 -c "import snn.cli" 2>/dev/null; then
+# snn must be this checkout's, also where another one is importable (an A/B sources this for each side)
+if [ "$(python3 -c 'import os, snn.cli; print(os.path.realpath(snn.__path__[0]))' 2>/dev/null)" != "$(realpath "$PWD")" ]; then
   _site=$(mktemp -d); ln -s "$PWD" "$_site/snn"; export PYTHONPATH="$_site${PYTHONPATH:+:$PYTHONPATH}"
   _bin=$_site/bin; mkdir -p "$_bin"
   printf '#!/bin/sh\nexec python3 -c "import sys; from snn.cli import codegen_main; sys.argv[0] = \\"snn-codegen\\"; codegen_main()" "$@"\n' > "$_bin/snn-codegen"

@@ -32,7 +32,7 @@ for side in "${sides[@]}"; do
     tar -C "$after" --exclude=./.carry --exclude=./generated -cf - . | tar -C "$tree" -xf -
   fi
   (
-    cd "$tree" && . docs/results/h100/env.sh
+    cd "$tree" && . "$here/../env.sh"  # this checkout's env.sh: snn from the side's tree
     if [ $side = after ]; then  # the kernels as built, and as rendered, against float64
       env_report > "$out/env.txt"
       for net in "${nets[@]}"; do snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 > /dev/null 2>&1; done
@@ -44,8 +44,9 @@ for side in "${sides[@]}"; do
     echo "== $side: commit $commit"
     for net in "${nets[@]}"; do
       snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 $flags 2>&1 | tail -1
-      timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" 2>&1 \
-        | grep -E "^wrote|in the graph|: calibrated "
+      timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
+        > "$out/${side}_${net}_calibrate.log" 2>&1
+      grep -E "^wrote|in the graph|: calibrated |Error|error" "$out/${side}_${net}_calibrate.log"
       # what calibrate measured and picked, kept: picks differ between calibrations and set the replay time
       gzip -c "generated/$net/h100/tuning.json" > "$out/${side}_${net}_tuning.json.gz"
       for b in 1 8; do
@@ -70,7 +71,7 @@ if [ "${AGAIN:-1}" != 0 ]; then
   for side in after before; do
     tree=$before; [ $side = after ] && tree=$after
     (
-      cd "$tree" && . docs/results/h100/env.sh
+      cd "$tree" && . "$here/../env.sh"  # this checkout's env.sh: snn from the side's tree
       for net in "${nets[@]}"; do
         for b in 1 8; do
           replay "${side}2" "$net" $b
