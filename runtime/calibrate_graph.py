@@ -12,44 +12,60 @@ So, per batch, every conv shape that at least MIN_LAYERS layers share and that h
 is tried in the graph: each candidate in turn made the shape's static kernel (every layer of the shape),
 the network captured and replayed (median of `reps`), against the calibrated choice measured just before.
 A candidate is kept only if it is MARGIN faster and stays so when both are measured again in the other
-order. Shapes go in order of their layer count, each on top of the verdicts before it (one pass of
-coordinate descent). The verdicts go to the tuning file's "graph" section (runtime/tuning.py applies
-them at load); the measurements are not touched.
+order. Shapes go in order of their layer count: the JOINT largest tried together (every combination of their
+candidates), then each other one on top of the verdicts before it. The verdicts go to the tuning file's "graph"
+section (runtime/tuning.py applies them at load); the measurements are not touched.
 """
 from __future__ import annotations
 
 import gc
+import itertools
 
 from . import tuning
 
 MIN_LAYERS = 2    # one layer's difference sits inside a replay's noise (+-0.5 % at batch 1)
 MARGIN = 0.003    # a replay's median moves ~0.15-0.3 % between captures of the same graph
+# the shapes with the most layers decide most of the time and interact: in ResNet-152 the 1x1 convs on either
+# side of layer3's 3x3 ones (one's output is the other's input across blocks); at batch 8 a pair of tiles that
+# each measured fine next to the other's calibrated pick replayed 6.1 ms, the best pair 5.6 ms
+JOINT = 2
 CALIBRATED = "calibrated"
 
 
-def refine(groups: list[tuple[str, list[str], list[str]]], measure, margin: float = MARGIN, log=None) -> dict:
+def refine(groups: list[tuple[str, list[str], list[str]]], measure, margin: float = MARGIN, joint: int = JOINT,
+           log=None) -> dict:
     """groups: (key, layers, candidate kernels) in the order to try; measure(overrides {layer: kernel}) -> ms
-    of the whole network. Returns {key: {"kernel": the kept candidate or None, "ms": {candidate: ms,
+    of the whole network. The first `joint` groups are tried together (every combination), the rest one at a
+    time on top. Returns {key: {"kernel": the kept candidate or None, "ms": {candidate: best ms with it,
     "calibrated": ms}}}."""
     chosen: dict[str, str] = {}
     verdicts = {}
-    for key, layers, cands in groups:
-        def trial(k):
-            return measure({**chosen, **{layer: k for layer in layers}})
-        tried = {CALIBRATED: measure(chosen)}
-        for k in cands:
-            tried[k] = trial(k)
-        best = min(cands, key=tried.get)
-        kept = None
-        if tried[best] < tried[CALIBRATED] * (1 - margin):  # a win must hold in the other order too, or it was noise
-            again = trial(best), measure(chosen)
-            if again[0] < again[1] * (1 - margin):
-                kept = best
-                chosen.update({layer: best for layer in layers})
-        verdicts[key] = {"kernel": kept, "ms": {k: round(v, 4) for k, v in tried.items()}}
+    head = groups[:joint] if joint > 1 and len(groups) > 1 else groups[:1]
+    stages = [head] + [[g] for g in groups[len(head):]]
+    for stage in stages:
+        options = {}  # a combination (one kernel or None per group of the stage) -> its overrides
+        for combo in itertools.product(*[[None] + cands for _, _, cands in stage]):
+            options[combo] = {layer: k for (_, layers, _), k in zip(stage, combo) if k for layer in layers}
+        tried = {combo: measure({**chosen, **o}) for combo, o in options.items()}
+        none = (None,) * len(stage)
+        fastest = min(tried.values())  # within the margin of it: the fewest changes
+        best = min((c for c, t in tried.items() if t <= fastest * (1 + margin)),
+                   key=lambda c: (sum(k is not None for k in c), tried[c]))
+        kept = False
+        if tried[best] < tried[none] * (1 - margin):  # a win must hold in the other order too, or it was noise
+            again = measure({**chosen, **options[best]}), measure(chosen)
+            kept = again[0] < again[1] * (1 - margin)
+        if kept:
+            chosen.update(options[best])
+        for i, (key, _, cands) in enumerate(stage):
+            ms = {CALIBRATED: tried[none]} | {k: min(t for c, t in tried.items() if c[i] == k) for k in cands}
+            verdicts[key] = {"kernel": best[i] if kept else None, "ms": {k: round(v, 4) for k, v in ms.items()}}
+            if len(stage) > 1:
+                verdicts[key]["joint"] = [g[0] for g in stage if g[0] != key]
         if log:
-            log(f"  {key}: calibrated {tried[CALIBRATED]:.3f} ms, best candidate {tried[best]:.3f} ms"
-                + (f" ({best}): kept" if kept else ": calibrated choice kept"))
+            names = " + ".join(k or CALIBRATED for k in best)
+            log(f"  {' + '.join(g[0] for g in stage)}: calibrated {tried[none]:.3f} ms, best {tried[best]:.3f} ms"
+                + (f" ({names}): kept" if kept else ": calibrated choice kept"))
     return verdicts
 
 

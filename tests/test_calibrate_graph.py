@@ -8,13 +8,14 @@ from snn.runtime import calibrate_graph as cg, tuning
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def network_time(costs: dict, base: float = 10.0, noise=None):
-    """measure(): base ms plus costs[(layer, kernel)] for each override; noise(n) added to the n-th call."""
+def network_time(costs: dict, base: float = 10.0, noise=None, pairs=None):
+    """measure(): base ms plus costs[(layer, kernel)] for each override, plus pairs(overrides); noise(n) added
+    to the n-th call."""
     calls = []
 
     def measure(overrides):
         calls.append(dict(overrides))
-        extra = noise(len(calls)) if noise else 0.0
+        extra = (noise(len(calls)) if noise else 0.0) + (pairs(overrides) if pairs else 0.0)
         return base + sum(costs.get((layer, k), 0.0) for layer, k in overrides.items()) + extra
     return measure, calls
 
@@ -23,7 +24,7 @@ def test_keeps_a_faster_candidate_and_builds_on_it():
     costs = {("a1", "fast"): -0.2, ("a2", "fast"): -0.2, ("a1", "slow"): 0.3, ("a2", "slow"): 0.3,
              ("b1", "x"): -0.01}  # 0.1 %: under the margin
     measure, calls = network_time(costs)
-    v = cg.refine([("A", ["a1", "a2"], ["slow", "fast"]), ("B", ["b1"], ["x"])], measure)
+    v = cg.refine([("A", ["a1", "a2"], ["slow", "fast"]), ("B", ["b1"], ["x"])], measure, joint=1)
     assert v["A"]["kernel"] == "fast" and v["A"]["ms"] == {"calibrated": 10.0, "slow": 10.6, "fast": 9.6}
     assert v["B"]["kernel"] is None and v["B"]["ms"]["x"] == 9.59
     # B was tried on top of A's verdict
@@ -36,6 +37,22 @@ def test_a_win_that_does_not_hold_when_measured_again_is_not_kept():
     measure, calls = network_time({("a1", "k"): 0.01}, noise=lambda n: -0.5 if n == 2 else 0.0)
     v = cg.refine([("A", ["a1"], ["k"])], measure)
     assert v["A"]["kernel"] is None and len(calls) == 4   # calibrated, k, k again, calibrated again
+
+
+def test_the_largest_shapes_are_tried_together():
+    # a1's "p" and b1's "q" each cost nothing next to the other's calibrated kernel, and save 1 ms together
+    # (ResNet-152's 1x1 convs on either side of layer3's 3x3 ones at batch 8); C's "r" saves 0.01 ms: noise
+    def pairs(o):
+        return -1.0 if o.get("a1") == "p" and o.get("b1") == "q" else 0.0
+    groups = [("A", ["a1"], ["p", "s"]), ("B", ["b1"], ["q"]), ("C", ["c1"], ["r"])]
+    measure, calls = network_time({("a1", "s"): 0.5, ("c1", "r"): -0.01}, pairs=pairs)
+    v = cg.refine(groups, measure, joint=1)
+    assert [v[k]["kernel"] for k in "ABC"] == [None, None, None]   # one shape at a time cannot see it
+    measure, calls = network_time({("a1", "s"): 0.5, ("c1", "r"): -0.01}, pairs=pairs)
+    v = cg.refine(groups, measure)
+    assert [v[k]["kernel"] for k in "ABC"] == ["p", "q", None]
+    assert v["A"]["ms"] == {"calibrated": 10.0, "p": 9.0, "s": 10.5} and v["A"]["joint"] == ["B"]
+    assert len(calls) == 6 + 2 + 2   # 3 x 2 combinations, the winner confirmed, then C alone
 
 
 def manifest_and_measurements(net):

@@ -22,7 +22,7 @@ snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 2>&1 | tail -1 | tee -a "$
 calibrate() {
   timeout 600 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" "$@" \
     > "$out/calibrate.log" 2>&1
-  grep -E "^wrote|in the graph|: calibrated |Error|error" "$out/calibrate.log" | tee -a "$out/log.txt"
+  grep -E "^wrote|^in the graph|^  [^ ]|Error|error" "$out/calibrate.log" | tee -a "$out/log.txt"
 }
 replay() { python3 "$here/../fusion/breakdown.py" "$net" "$2" "$photos" "$out/$1_${net}_b$2.json" 2>&1 | grep -v Warning \
   | tee -a "$out/log.txt"; }

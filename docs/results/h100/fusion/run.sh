@@ -46,7 +46,7 @@ for side in "${sides[@]}"; do
       snn-codegen build "$net" --gpu h100 --batch 1,8 -j 16 $flags 2>&1 | tail -1
       timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
         > "$out/${side}_${net}_calibrate.log" 2>&1
-      grep -E "^wrote|in the graph|: calibrated |Error|error" "$out/${side}_${net}_calibrate.log"
+      grep -E "^wrote|^in the graph|^  [^ ]|Error|error" "$out/${side}_${net}_calibrate.log"
       # what calibrate measured and picked, kept: picks differ between calibrations and set the replay time
       gzip -c "generated/$net/h100/tuning.json" > "$out/${side}_${net}_tuning.json.gz"
       for b in 1 8; do
