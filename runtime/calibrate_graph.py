@@ -63,9 +63,10 @@ def refine(groups: list[tuple[str, list[str], list[str]]], measure, margin: floa
             if len(stage) > 1:
                 verdicts[key]["joint"] = [g[0] for g in stage if g[0] != key]
         if log:
-            names = " + ".join(k or CALIBRATED for k in best)
-            log(f"  {' + '.join(g[0] for g in stage)}: calibrated {tried[none]:.3f} ms, best {tried[best]:.3f} ms"
-                + (f" ({names}): kept" if kept else ": calibrated choice kept"))
+            other = min(t for c, t in tried.items() if c != none)
+            log(f"  {' + '.join(g[0] for g in stage)}: calibrated {tried[none]:.3f} ms, fastest other {other:.3f} ms"
+                + (f"; kept {' + '.join(k or CALIBRATED for k in best)} ({tried[best]:.3f} ms)" if kept
+                   else ": calibrated choice kept"))
     return verdicts
 
 
