@@ -3,7 +3,8 @@
 #   bash docs/results/h100/calibrate/run.sh OUT PHOTO_DIR probe [NET]
 #       per batch (8, 1), every conv shape's dense candidates three ways: alone as calibrate times them (the
 #       tuning file), ten back to back in a small CUDA graph, and as the static kernel of every layer of the shape
-#       in the whole network's graph (replay ms); probe.py -> OUT/probe_bB.{json,log}
+#       in the whole network's graph (replay ms); probe.py -> OUT/probe_bB.{json,log}, the calibration it read
+#       OUT/probe_tuning.json.gz
 #   bash docs/results/h100/calibrate/run.sh OUT PHOTO_DIR repair TUNING.json.gz [NET]
 #       a calibration's measurements (another run's tuning file, its in-graph verdicts dropped) replayed as they
 #       pick, then calibrate's in-graph step on them (no measurement left to make), replayed again, then the
@@ -24,13 +25,14 @@ calibrate() {
     > "$out/calibrate.log" 2>&1
   grep -E "^wrote|^in the graph|^  [^ ]|Error|error" "$out/calibrate.log" | tee -a "$out/log.txt"
 }
-replay() { python3 "$here/../fusion/breakdown.py" "$net" "$2" "$photos" "$out/$1_${net}_b$2.json" 2>&1 | grep -v Warning \
+replay() { python3 "$here/../fusion/breakdown.py" "$net" "$2" "$photos" "$out/$1_${net}_b$2.json" 2>&1 | grep -v "Warning\|_warn_once" \
   | tee -a "$out/log.txt"; }
 # the tuning file without its in-graph verdicts: the measurements' own picks
 measured_only() { python3 -c "import json, sys; d = json.load(open(sys.argv[1])); d.pop('graph', None); \
 json.dump(d, open(sys.argv[1], 'w'))" "$bundle/tuning.json"; }
 if [ "$mode" = probe ]; then
   calibrate --no-graph
+  gzip -c "$bundle/tuning.json" > "$out/probe_tuning.json.gz"
   for b in 8 1; do
     timeout 240 python3 "$here/probe.py" "$net" $b "$photos" "$out/probe_b$b.json" 2>&1 | grep -v Warning \
       | tee "$out/probe_b$b.log"

@@ -24,7 +24,7 @@ out=$(realpath -m "$out"); mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../../.." && pwd)
 sides=(before after); [ -n "${CLUSTERS:-}" ] && sides+=(clusters)
 # one side's graph replayed and broken down: replay NAME NET BATCH -> OUT/NAME_NET_bBATCH.json (in the side's tree)
-replay() { python3 "$here/breakdown.py" "$2" "$3" "$photos" "$out/$1_$2_b$3.json" 2>&1 | grep -v Warning; }
+replay() { python3 "$here/breakdown.py" "$2" "$3" "$photos" "$out/$1_$2_b$3.json" 2>&1 | grep -v "Warning\|_warn_once"; }
 for side in "${sides[@]}"; do
   tree=$before; flags=""; [ $side = after ] && tree=$after
   if [ $side = clusters ]; then  # a copy of this checkout, so that its bundles do not replace after's
