@@ -97,14 +97,51 @@ def groups_to_try(net, cache, batch: int, measurements: dict, min_layers: int = 
     return out
 
 
+class GraphTrial:
+    """The network on x (a batch of `batch` images) as one CUDA graph, some layers' static kernel overridden
+    for the trial only: trial(overrides {layer: kernel}) -> replay ms (median of reps). With keep, the trial's
+    output and trace stay in .out and .trace."""
+
+    def __init__(self, env, net, cache, batch: int, sd, x, reps: int = 30):
+        self.env, self.net, self.cache, self.batch, self.sd, self.x, self.reps = env, net, cache, batch, sd, x, reps
+        self.out = self.trace = None
+
+    def __call__(self, overrides: dict, keep: bool = False) -> float:
+        from .executor import Executor
+        from .graph import GraphRunner
+        from .measure.timing import event_median_s
+        env, torch, b = self.env, self.env.torch, self.batch
+        saved = {}
+        for layer, k in overrides.items():
+            e = self.cache.layer_entry(layer, b)
+            saved[layer] = e.get("static_kernel")
+            e["static_kernel"] = k
+        try:
+            ex = Executor(self.net, self.sd, env.backend(self.cache), self.cache, str(env.device), "auto")
+            runner = GraphRunner(ex, env.dev)
+            out = runner(self.x)
+            ms = event_median_s(torch, runner.replayer(self.x), self.reps, warmup=5) * 1e3
+            if keep:
+                self.out, self.trace = out, list(ex.last_trace)
+            del runner, ex
+        finally:  # the cache as it was: the next trial starts from the verdicts only
+            for layer, k in saved.items():
+                e = self.cache.layer_entry(layer, b)
+                if k is None:
+                    e.pop("static_kernel", None)
+                else:
+                    e["static_kernel"] = k
+        gc.collect()
+        torch.cuda.empty_cache()
+        return ms
+
+
 def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, batches: list[int], sd, pool,
                        reps: int = 30, remeasure: bool = False, log=print) -> None:
     """Try the candidates in the graph at each batch and write the verdicts into side (the tuning
     document at tpath, written after each batch)."""
     from . import manifest
-    from .executor import Executor
-    from .graph import GraphRunner, GraphUnavailable
-    from .measure.timing import event_median_s
+    from .graph import GraphUnavailable
     torch = env.torch
     graph = side.setdefault("graph", {})
     sd = {k: v.detach().cpu() for k, v in sd.items()}  # as the engine gets them (runtime/weights.py)
@@ -124,30 +161,7 @@ def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, batches: l
         if not groups:
             continue
         x = pool[torch.arange(b) % pool.shape[0]].to(env.device).contiguous()
-
-        def measure(overrides: dict) -> float:
-            saved = {}
-            for layer, k in overrides.items():
-                e = cache.layer_entry(layer, b)
-                saved[layer] = e.get("static_kernel")
-                e["static_kernel"] = k
-            try:
-                ex = Executor(net, sd, env.backend(cache), cache, str(env.device), "auto")
-                runner = GraphRunner(ex, env.dev)
-                runner(x)
-                ms = event_median_s(torch, runner.replayer(x), reps, warmup=5) * 1e3
-                del runner, ex
-            finally:
-                for layer, k in saved.items():
-                    e = cache.layer_entry(layer, b)
-                    if k is None:
-                        e.pop("static_kernel", None)
-                    else:
-                        e["static_kernel"] = k
-            gc.collect()
-            torch.cuda.empty_cache()
-            return ms
-
+        measure = GraphTrial(env, net, cache, b, sd, x, reps)
         log(f"in the graph, batch {b}: {len(groups)} shape(s), {sum(len(c) for *_, c in groups)} candidate(s)")
         try:
             with torch.inference_mode():
