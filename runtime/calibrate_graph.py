@@ -23,8 +23,10 @@ import itertools
 
 from . import tuning
 
-MIN_LAYERS = 2    # one layer's difference sits inside a replay's noise (+-0.5 % at batch 1)
-MARGIN = 0.003    # a replay's median moves ~0.15-0.3 % between captures of the same graph
+MIN_LAYERS = 2    # one layer's difference sits inside a replay's noise
+# captures of the same network replayed in 1.695-1.714 ms at batch 1, 6.516-6.555 at batch 8 (median of 40 each,
+# calibrate/probe_b*.log): a change must save this much, in both orders, to count
+MARGIN = 0.003
 # the shapes with the most layers decide most of the time and interact: in ResNet-152 the 1x1 convs on either
 # side of layer3's 3x3 ones (one's output is the other's input across blocks); at batch 8 a pair of tiles that
 # each measured fine next to the other's calibrated pick replayed 6.1 ms, the best pair 5.6 ms
