@@ -2,7 +2,8 @@
 # Where the batch-1 and batch-8 time of ResNet-152 and DenseNet-201 goes, before and after a change, in one run
 # on one H100: for each checkout, build (batch 1,8), calibrate on the photos (levels 0.4..0.9), then
 # breakdown.py per network and batch (trained-like profile, CUDA graph replay, CUPTI activities, float64 check);
-# table.py turns both into OUT/table.md; each side's calibration is kept (OUT/SIDE_NET_tuning.json.gz). The after
+# table.py turns both into OUT/table.md; each side's calibration is kept (OUT/SIDE_NET_tuning.json.gz,
+# its output in OUT/SIDE_NET_calibrate.log). The after
 # side first checks its kernels against float64 (tests/gpu/test_kernels.py, test_manifest_kernels.py:
 # OUT/kernel_checks.log).
 #   bash docs/results/h100/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
