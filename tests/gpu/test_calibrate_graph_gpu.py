@@ -2,35 +2,28 @@
 (`snn-codegen build resnet152 --batch 1,8`; skips without one): a trial runs the overriding dense candidate on
 every layer of the shape inside the captured graph, its logits stay torchvision's, and the cache is as before."""
 import copy
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from built_cache import built_cache  # noqa: E402
 from logits_check import check_close  # noqa: E402
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 torchvision = pytest.importorskip("torchvision")
 
-from snn.codegen.spec import load_spec  # noqa: E402
-from snn.runtime import calibrate_graph, manifest, weights  # noqa: E402
+from snn.runtime import calibrate_graph, weights  # noqa: E402
 from snn.runtime.calibrate import sparsity_free  # noqa: E402
 from snn.runtime.measure.timing import Env  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_trial_runs_its_candidate_in_the_graph_and_leaves_the_cache_as_it_was():
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
     env = Env(False)
-    net = load_spec(ROOT / "network_specs/resnet152.yaml")
-    try:
-        path = manifest.locate(ROOT / "generated", net, "network_specs/resnet152.yaml", "auto", 1, env.name, env.cc)
-        cache = manifest.load(path, net, "network_specs/resnet152.yaml", 1, env.cc)
-    except manifest.CacheError as e:
-        pytest.skip(str(e))
+    net, cache = built_cache("resnet152", 1, env.name, env.cc)
     layers = [c.name for c in net.convs if c.shape == next(c.shape for c in net.convs if c.name == "layer3.1.conv1")]
     entry = cache.layer_entry(layers[0], 1)
     dense = [c["kernel"] for lv in entry["levels"].values() for c in lv.get("candidates", [])

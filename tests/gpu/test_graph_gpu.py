@@ -12,26 +12,24 @@ import copy
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
+from built_cache import built_cache  # noqa: E402
 from logits_check import check_close  # noqa: E402
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 torchvision = pytest.importorskip("torchvision")
 
 from snn.codegen.emit import render_selector  # noqa: E402
-from snn.codegen.spec import load_spec  # noqa: E402
-from snn.runtime import dispatch, executor, manifest, weights  # noqa: E402
+from snn.runtime import dispatch, executor, weights  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime import graph  # noqa: E402
 from snn.runtime.graph import GraphRunner  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -161,13 +159,7 @@ def test_switch_node_inside_torch_capture(tmp_path):
 # --- the real cache ---------------------------------------------------------------------------------
 
 def _real_cache(name, batch, dev):
-    net = load_spec(ROOT / "network_specs" / f"{name}.yaml")
-    try:
-        path = manifest.locate(ROOT / "generated", net, f"network_specs/{name}.yaml", "auto", batch,
-                               dev.name, dev.compute_capability)
-        cache = manifest.load(path, net, f"network_specs/{name}.yaml", batch, dev.compute_capability)
-    except manifest.CacheError as e:
-        pytest.skip(str(e))
+    net, cache = built_cache(name, batch, dev.name, dev.compute_capability)
     if "selector" not in cache.data:
         pytest.skip(f"{cache.path} has no selector: rebuild it")
     return net, cache

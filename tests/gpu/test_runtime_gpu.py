@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
+from built_cache import built_cache  # noqa: E402
 from logits_check import check_close  # noqa: E402
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
@@ -296,14 +297,8 @@ def _real_photos(n):
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("name", ["resnet152", "densenet201", "vgg19"])
 def test_built_cache_matches_torchvision(name, batch):
-    net = load_spec(ROOT / "network_specs" / f"{name}.yaml")
     dev = Device()
-    try:
-        path = manifest.locate(ROOT / "generated", net, f"network_specs/{name}.yaml", "auto", batch,
-                               dev.name, dev.compute_capability)
-        cache = manifest.load(path, net, f"network_specs/{name}.yaml", batch, dev.compute_capability)
-    except manifest.CacheError as e:
-        pytest.skip(str(e))
+    net, cache = built_cache(name, batch, dev.name, dev.compute_capability)
     sd, _, _ = weights.load(net, None, seed=0, device="cuda")
     x = _real_photos(batch).cuda()
     with torch.inference_mode():
