@@ -161,7 +161,7 @@ def calibrate(spec: str, cache_dir: str, gpu: str, batches: list[int] | None, le
     if graph and tune and not cpu_dry_run:
         from .calibrate_graph import calibrate_in_graph
         sd, pool = weights_and_images()
-        calibrate_in_graph(env, net, spec, mpath, tpath, side, batches, sd, pool, remeasure=remeasure, log=log)
+        calibrate_in_graph(env, net, spec, mpath, tpath, side, caches, sd, pool, remeasure=remeasure, log=log)
     rows = tuning.apply(copy.deepcopy(data), meas, net, tune, graph=side.get("graph") if tune else None)
     exh = None
     if exhaustive:

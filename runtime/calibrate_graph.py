@@ -138,21 +138,20 @@ class GraphTrial:
         return ms
 
 
-def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, batches: list[int], sd, pool,
+def calibrate_in_graph(env, net, spec: str, mpath, tpath, side: dict, built: dict, sd, pool,
                        reps: int = 30, remeasure: bool = False, log=print) -> None:
-    """Try the candidates in the graph at each batch and write the verdicts into side (the tuning
-    document at tpath, written after each batch)."""
+    """Try the candidates in the graph at each batch of `built` ({batch: the bundle's cache as built, no tuning
+    merged}) and write the verdicts into side (the tuning document at tpath, written after each batch)."""
     from . import manifest
     from .graph import GraphUnavailable
     torch = env.torch
     graph = side.setdefault("graph", {})
     sd = {k: v.detach().cpu() for k, v in sd.items()}  # as the engine gets them (runtime/weights.py)
-    for b in batches:
+    for b, as_built in built.items():
         tag = f"|b{b}"
         done = {k: v for k, v in graph.items() if k.endswith(tag)}
-        probe = manifest.load(mpath, net, spec, b, env.cc, tuning_path=False)
-        if done and not remeasure and tuning.graph_valid(probe.data, done) and \
-                {k for k, *_ in groups_to_try(net, probe, b, side["measurements"])} <= set(done):
+        if done and not remeasure and tuning.graph_valid(as_built.data, done) and \
+                {k for k, *_ in groups_to_try(net, as_built, b, side["measurements"])} <= set(done):
             log(f"in the graph, batch {b}: verdicts already in {tpath}")
             continue
         for k in done:  # measured again from the measurements' picks
