@@ -34,7 +34,7 @@ TUNING = "tuning.json"
 PRECISIONS = ("fp32", "bf16", "fp16")
 DEFAULT_PRECISION = "fp32"  # what a manifest without "precision" was built for (it predates the field)
 DENSE_16BIT = ("16-bit: tensor cores (cuDNN, or the bundle's tensor-core kernel where measured faster at load); "
-               "16-bit sparse kernels measured slower on every shape, docs/results/h100/precision")
+               "16-bit sparse kernels measured slower on every shape, docs/results/precision/h100")
 
 
 def precision(manifest: dict) -> str:

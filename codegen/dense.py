@@ -34,7 +34,7 @@ TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32
 # the three whose best per layer came closest to all fourteen's on ResNet-152 at batch 1 and 8 (probe.py), slices
 # paying on the 3x3 layers at batch 8 (one block an SM: more warps to hide the loads behind), and 64 x 64 in two
 # slices: the fastest at batch 1 on five of ResNet-152's twelve stride-1 shapes, up to 1.45x the other three
-# (docs/results/h100/dense/variants.*)
+# (docs/results/dense/h100/variants.*)
 CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 64, 128, 2))
 # a block that takes the whole K range at batch 1 runs the most chunks: four stages measured 9-13 % faster than
 # three there, within 3 % either way where the K range is split (variants.*)
@@ -43,7 +43,7 @@ DEEP_STAGES = 4
 # blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted), at
 # batch 1: at batch 8 calibrate picked them for DenseNet-201's 3x3 convs at 7x7 and 56x56, and in the graph those
 # took longer than the sparse kernels they replaced (replay 3.692 -> 3.769 ms; 1.501 -> 1.419 at batch 1; the run
-# is docs/results/h100/fusion/not-kept/narrow-batch8 at 9f36111, in git history)
+# is docs/results/fusion/h100/not-kept/narrow-batch8 at 9f36111, in git history)
 NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)

@@ -4,7 +4,7 @@ A kernel timed alone (calibrate's Timer: L2 flushed, one launch) does not rank t
 (codegen/dense.py) as the network runs them. In ResNet-152's graph at batch 8 the 35 1x1 1024->256 convs
 replayed the network in 6.52 ms on the tile that measured fastest alone (38.2 us) and in 5.64 ms on one level
 with it (38.3 us); the 36 1x1 256->1024 convs in 6.54 ms on the fastest alone (26.9 us) and in 6.06 ms on one
-that took 36.9 us (docs/results/h100/calibrate/). The neighbours decide it (how a programmatic launch overlaps
+that took 36.9 us (docs/results/calibrate/h100/). The neighbours decide it (how a programmatic launch overlaps
 the kernel before, whether a K split hands its epilogue to its consumer, what is still in L2); why a tile is
 slow next to a given one is not known, so it is measured where it happens.
 

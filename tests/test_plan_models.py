@@ -82,7 +82,7 @@ def test_fitted_constants_batch1_serial_channel_cost():
     serially, ~0.15-0.5 us a channel at any sparsity, on top of a ~10 us floor; so the same tile gets
     slower with tc, and the 1x1 layers no longer jump to tc 64 at 0.9 (measured: tc 64 took ~35 us,
     tc 32 ~22 us)."""
-    # DenseNet 128 -> 32 @7, 4x7 tile, 32 threads, 0.99; measured (docs/results/costmodel/h100_dataset.csv):
+    # DenseNet 128 -> 32 @7, 4x7 tile, 32 threads, 0.99; measured (docs/results/costmodel/h100_dataset.csv, in git history before 5a8efce):
     measured = {4: 11.58, 8: 11.07, 16: 12.83, 32: 17.76, 128: 42.27}
     s = ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1))
     t = {tc: evaluate_config(s, H100, 1, 0.99, KernelConfig(4, 7, tc, 32, 1)) for tc in measured}

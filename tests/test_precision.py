@@ -81,7 +81,7 @@ def test_16_bit_build_records_its_precision_every_conv_dense_and_its_epilogue(sp
     assert epi["function"] == f"snn_epilogue_{precision}" and epi["vector"] == 8 and epi["pdl"] and epi["in_ld"]
     assert epi["cubin"] == f"cubins/snn_epilogue_{precision}.cubin" and epi["registers"] > 0
     assert not bundle.verify(d, m)
-    assert m["dense_reason"].startswith("16-bit: tensor cores") and "docs/results/h100/precision" in m["dense_reason"]
+    assert m["dense_reason"].startswith("16-bit: tensor cores") and "docs/results/precision/h100" in m["dense_reason"]
     assert [(lay["name"], lay["path"]) for lay in m["layers"]] == [("a", "dense"), ("b", "dense"), ("c", "dense")]
     assert m["compute_capability"] == [9, 0] and m["batches"] == [1, 4] and m["spec"] == "spec.yaml"
     assert (d / "spec.yaml").read_text() == TINY

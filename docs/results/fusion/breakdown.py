@@ -1,0 +1,86 @@
+"""One network on the trained-like profile as snn's CUDA graph, measured with whichever snn is importable
+(so that one script measures two checkouts alike):
+
+    python3 breakdown.py NET BATCH PHOTO_DIR OUT.json
+    ncu --profile-from-start off ... python3 breakdown.py NET BATCH PHOTO_DIR --profile-one   (isolated.py)
+
+- replay: CUDA events around graph.replay(), median of 50 after 5 warm-ups (measure.timing.event_median_s);
+- every GPU activity of 5 replays (CUPTI through torch.profiler), per name: count and total duration;
+  table.py groups them by kind (measure.timing.activity_kind) and counts kernels per conv;
+- rel_err of the graph's logits against the spec interpreted in float64 on the CPU, same weights and images,
+  and the worst of 20 more replays (output poisoned before each).
+SNN_PDL=0 in the environment: plain launches instead of programmatic ones (runtime/cuda.py).
+Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the network's trained-like profile.
+"""
+import json
+import os
+import sys
+
+from snn.codegen.spec import load_spec
+from snn.runtime.cuda import Device
+from snn.runtime.executor import Executor, reference
+from snn.runtime.graph import GraphRunner
+from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
+from snn.runtime.measure.profiles import apply_profile, resolve_profile
+from snn.runtime.measure.timing import Env, event_median_s
+
+net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
+env = Env(False)
+torch = env.torch
+net = load_spec(net_name)
+_, caches = load_caches(env, net, net_name, "generated", os.environ.get("GPU", "h100"), [batch])
+sd, _ = load_weights(env, net, None, 0)
+pool, _ = load_image_pool(net, photos, batch, 0)
+pool = pool.to(env.device)
+profile = resolve_profile("trained", net)
+with torch.no_grad():
+    sd_p, report = apply_profile(net, sd, pool, profile)
+    sd_p = {k: v.detach().cpu() for k, v in sd_p.items()}
+    x = pool[:batch].contiguous()
+    ex = Executor(net, sd_p, env.backend(caches[batch]), caches[batch], str(env.device), "auto")
+    runner = GraphRunner(ex, Device())
+    y = runner(x)
+    ref = reference(net, sd_p, x.double().cpu(), dtype=torch.float64)
+    rel_err = float(((y.double().cpu() - ref).norm() / ref.norm()).item())
+    trace = ex.last_trace
+    replay = runner.replayer(x)
+    if profile_one:
+        for _ in range(5):
+            replay()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        replay()
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        sys.exit(0)
+    replay_ms = event_median_s(torch, replay, 50, warmup=5) * 1e3
+    from torch.profiler import ProfilerActivity, profile as tprofile
+    iters = 5
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(iters):
+            replay()
+        torch.cuda.synchronize()
+    acts = {}  # name -> [count, total us] over the iters
+    for e in prof.events():
+        if str(getattr(e, "device_type", "")).endswith("CUDA"):
+            a = acts.setdefault(e.name, [0, 0.0])
+            a[0] += 1
+            a[1] += e.time_range.elapsed_us()
+    acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(acts.items())]
+    # the same check over 20 more replays, the graph's output poisoned (NaN) before each: a kernel that read
+    # what its predecessor had not finished writing (programmatic launches) would show here
+    static_out = runner._graphs[(tuple(x.shape), x.dtype)].out
+    worst = 0.0
+    for _ in range(20):
+        static_out.fill_(float("nan"))
+        yr = runner(x).double().cpu()
+        worst = max(worst, float(((yr - ref).norm() / ref.norm()).item()))
+doc = {"network": net.name, "batch": batch, "profile": profile.name, "convs": len(trace),
+       "sparse_layers": sum(1 for t in trace if t.path == "sparse"), "replay_ms": round(replay_ms, 4),
+       "rel_err_vs_fp64": rel_err, "rel_err_worst_of_20": worst, "iters": iters, "activities": acts,
+       "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace}}
+with open(out_path, "w") as f:
+    json.dump(doc, f)
+print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {sum(a[1] for a in acts) / iters:.0f} activities a replay for "
+      f"{len(trace)} convs ({doc['sparse_layers']} sparse), rel_err vs fp64 {rel_err:.1e} (worst of 20 more: {worst:.1e})")

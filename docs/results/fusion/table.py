@@ -1,0 +1,51 @@
+"""OUT/table.md from run.sh's breakdown files: per network and batch, before and after, the graph replay time,
+GPU activities per conv, and the GPU time and count of each activity kind (measure.timing.activity_kind).
+    python3 docs/results/fusion/table.py OUT"""
+import json
+import os
+import sys
+from pathlib import Path
+
+from snn.runtime.measure.timing import activity_kind
+
+out = Path(sys.argv[1])
+runs = {}
+for p in sorted(out.glob("*_b*.json")):
+    d = json.loads(p.read_text())
+    side = p.name.split("_")[0]
+    kinds = {}
+    for name, count, us in d["activities"]:
+        k = kinds.setdefault(activity_kind(name), [0, 0.0])
+        k[0] += count
+        k[1] += us
+    n = d["iters"]
+    d["kinds"] = {k: (c / n, us / n / 1e3) for k, (c, us) in kinds.items()}
+    d["per_conv"] = sum(a[1] for a in d["activities"]) / n / d["convs"]
+    runs[(d["network"], d["batch"], side)] = d
+
+lines = [f"# Where the time goes: snn's CUDA graph, before and after ({os.environ.get('GPU', 'h100').upper()}, trained-like profile)", "",
+         "ms per forward pass: graph replay (CUDA events, median of 50); per kind, the summed GPU time of its "
+         "activities in one replay (CUPTI) and their count. Activities per conv: every kernel, memset and copy "
+         "of a replay over the network's convs. rel err: the worst of 21 replays' logits against float64. Under "
+         "programmatic launches (after) a kernel's activity begins when it starts and waits for its predecessor, so "
+         "the per-kind times overlap there; the replay time is the measure. A side other than before and after: "
+         "after's build and calibration run with run.sh's ALSO variable set (nohandoff: SNN_HANDOFF=0, every split "
+         "runs its own epilogue; nopdl: SNN_PDL=0, plain launches). before2 / after2: the same bundles replayed again "
+         "in the reverse order (after first).", ""]
+kinds_all = sorted({k for d in runs.values() for k in d["kinds"]})
+head = ["network", "batch", "side", "replay ms", "activities / conv", "rel err vs fp64"] + \
+       [f"{k} ms (n)" for k in kinds_all]
+lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+for (net, b, side), d in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2].endswith("2"), not kv[0][2].startswith("before"), kv[0][2])):
+    err = max(d["rel_err_vs_fp64"], d.get("rel_err_worst_of_20", 0.0))
+    cells = [net, str(b), side, f"{d['replay_ms']:.3f}", f"{d['per_conv']:.2f}", f"{err:.1e}"]
+    cells += [f"{d['kinds'][k][1]:.3f} ({d['kinds'][k][0]:.0f})" if k in d["kinds"] else "-" for k in kinds_all]
+    lines.append("| " + " | ".join(cells) + " |")
+lines.append("")
+for net, b, side in sorted(k for k in runs if not k[2].startswith("before")):
+    base = "before2" if side.endswith("2") else "before"   # the second pass (after first) against its own before
+    if (net, b, base) in runs:
+        x, y = runs[(net, b, base)]["replay_ms"], runs[(net, b, side)]["replay_ms"]
+        lines.append(f"- {net} batch {b}, {side} against {base}: {x:.3f} -> {y:.3f} ms ({x / y:.2f}x)")
+(out / "table.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
