@@ -6,7 +6,9 @@
 
 - replay: CUDA events around graph.replay(), median of 50 after 5 warm-ups (measure.timing.event_median_s);
 - every GPU activity of 5 replays (CUPTI through torch.profiler), per name: count and total duration;
-  table.py groups them by kind (measure.timing.activity_kind) and counts kernels per conv;
+  table.py groups them by kind (measure.timing.activity_kind) and counts kernels per conv; and one more replay's
+  activities in order (timeline: name, start, duration in us);
+- the host's part: replay() from an idle GPU, how long until it returns and until the GPU is done (median of 30);
 - rel_err of the graph's logits against the spec interpreted in float64 on the CPU, same weights and images,
   and the worst of 20 more replays (output poisoned before each).
 SNN_PDL=0 in the environment: plain launches instead of programmatic ones (runtime/cuda.py).
@@ -14,7 +16,9 @@ Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the netw
 """
 import json
 import os
+import statistics
 import sys
+import time
 
 from snn.codegen.spec import load_spec
 from snn.runtime.cuda import Device
@@ -68,6 +72,25 @@ with torch.no_grad():
             a[0] += 1
             a[1] += e.time_range.elapsed_us()
     acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(acts.items())]
+    # one more replay's activities in order: [name, start us from the first one's start, duration us] (where the
+    # chain spends its time between kernels, not only in them)
+    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
+        replay()
+        torch.cuda.synchronize()
+    evs = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
+                 key=lambda e: e.time_range.start)
+    timeline = [[e.name, round(e.time_range.start - evs[0].time_range.start, 3), round(e.time_range.elapsed_us(), 3)]
+                for e in evs]
+    # the host's part of a call: how long replay() takes to return, and to finish (an idle GPU before each)
+    host = []
+    for _ in range(30):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        replay()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        host.append(((t1 - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
+    launch_ms, call_ms = (statistics.median(h[i] for h in host) for i in (0, 1))
     # the same check over 20 more replays, the graph's output poisoned (NaN) before each: a kernel that read
     # what its predecessor had not finished writing (programmatic launches) would show here
     static_out = runner._graphs[(tuple(x.shape), x.dtype)].out
@@ -79,6 +102,7 @@ with torch.no_grad():
 doc = {"network": net.name, "batch": batch, "profile": profile.name, "convs": len(trace),
        "sparse_layers": sum(1 for t in trace if t.path == "sparse"), "replay_ms": round(replay_ms, 4),
        "rel_err_vs_fp64": rel_err, "rel_err_worst_of_20": worst, "iters": iters, "activities": acts,
+       "timeline": timeline, "replay_launch_ms": round(launch_ms, 4), "replay_call_ms": round(call_ms, 4),
        "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace}}
 with open(out_path, "w") as f:
     json.dump(doc, f)

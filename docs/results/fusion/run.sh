@@ -9,6 +9,7 @@
 #   bash docs/results/fusion/run.sh OUT PHOTO_DIR BEFORE_TREE [NET ...]
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT); "after" is this checkout.
 # CLUSTERS=1 adds a third side, "clusters": this checkout built with --clusters (channel splits summed in clusters).
+# BATCHES="1" calibrates and replays batch 1 only (default "1 8"; the bundles are built for both).
 # KERNEL_CHECKS=0 leaves the float64 kernel checks out (a call that only times). The replays then run again in the
 # reverse order (before2, after2; AGAIN=0: not).
 # NCU=1 also runs after's batch-1 replay under Nsight Compute, one kernel at a time (isolated.py):
@@ -23,6 +24,7 @@ before=$(realpath "${3:?BEFORE_TREE}"); shift 3
 nets=("$@"); [ ${#nets[@]} -eq 0 ] && nets=(resnet152 densenet201)
 out=$(realpath -m "$out"); mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
+BATCHES=${BATCHES:-1 8}
 sides=(before after); [ -n "${CLUSTERS:-}" ] && sides+=(clusters)
 # one side's graph replayed and broken down: replay NAME NET BATCH -> OUT/NAME_NET_bBATCH.json (in the side's tree)
 replay() { python3 "$here/breakdown.py" "$2" "$3" "$photos" "$out/$1_$2_b$3.json" 2>&1 | grep -v "Warning\|_warn_once"; }
@@ -45,12 +47,12 @@ for side in "${sides[@]}"; do
     echo "== $side: commit $commit"
     for net in "${nets[@]}"; do
       snn-codegen build "$net" --gpu "$GPU" --batch 1,8 -j 16 $flags 2>&1 | tail -1
-      timeout 900 snn-run calibrate --spec "$net" --batch 1,8 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
+      timeout 900 snn-run calibrate --spec "$net" --batch "${BATCHES// /,}" --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
         > "$out/${side}_${net}_calibrate.log" 2>&1
       grep -E "^wrote|^in the graph|^  [^ ]|Error|error" "$out/${side}_${net}_calibrate.log"
       # what calibrate measured and picked, kept: picks differ between calibrations and set the replay time
       gzip -c "generated/$net/$GPU/tuning.json" > "$out/${side}_${net}_tuning.json.gz"
-      for b in 1 8; do
+      for b in $BATCHES; do
         replay "$side" "$net" $b
         if [ $side = after ] && [ $b = 1 ] && [ -n "${NCU:-}" ]; then
           timeout 300 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
@@ -74,7 +76,7 @@ if [ "${AGAIN:-1}" != 0 ]; then
     (
       cd "$tree" && . "$here/../env.sh"  # this checkout's env.sh: snn from the side's tree
       for net in "${nets[@]}"; do
-        for b in 1 8; do
+        for b in $BATCHES; do
           replay "${side}2" "$net" $b
         done
       done
