@@ -153,14 +153,17 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     spills. Needs nvcc (set NVCC=/path to choose one), no GPU."""
     import signal
 
+    from snn.codegen import compile as nvcc
     from snn.codegen.build import build_spec
 
     def bar(n):
         return click.progressbar(length=n, label=f"nvcc: {n} kernel(s)", show_pos=True)
 
-    def terminated(signum, frame):  # SIGTERM cleans up like Ctrl-C
+    def interrupted(signum, frame):  # Ctrl-C, and SIGTERM alike: stop, keep what is compiled
+        nvcc.STOP.set()
         raise KeyboardInterrupt
-    previous = signal.signal(signal.SIGTERM, terminated)
+    nvcc.STOP.clear()
+    previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
                             candidates=candidates, clusters=clusters, progress_factory=bar, precision=precision)
@@ -169,7 +172,9 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
                    "continues from there", err=True)
         sys.exit(130)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        nvcc.STOP.clear()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     click.echo(result.summary())
 
 

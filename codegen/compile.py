@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -34,6 +35,9 @@ from .errors import UserError
 
 # The package root: the repository root in a checkout, site-packages/snn when installed (package data).
 MAKEFILE = Path(__file__).resolve().parent.parent / "Makefile"
+# set by the command's interrupt handler (cli.py): a KeyboardInterrupt raised where Python swallows it (a
+# finalizer running when the signal lands) still stops the build at the next cubin
+STOP = threading.Event()
 # Everything nvcc is given besides the arch; part of the cache key. The Makefile rule adds
 # `-cubin -arch=$(ARCH)` and these come in through NVCC_FLAGS.
 NVCC_FLAGS = "-O3 -std=c++17 -Xptxas -v"
@@ -169,7 +173,11 @@ def compile_units(units: list[Unit], arch: str, tc: Toolchain, cache: CubinCache
                             store(u)
                         if progress:
                             progress(1)
+                    if STOP.is_set():
+                        raise KeyboardInterrupt
                 proc.wait()
+                if STOP.is_set():
+                    raise KeyboardInterrupt
             except BaseException:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGTERM)

@@ -373,3 +373,14 @@ def test_make_cubins_compiles_a_bundles_sources_and_refuses_an_empty_folder(env,
     assert {p.stem for p in out.glob("*.cubin")} == {p.stem for p in src.glob("*.cu")}
     empty = subprocess.run(make + [f"GEN={tmp_path / 'nothing'}"], capture_output=True, text=True)
     assert empty.returncode != 0 and "make cubins: no .cu files in GEN=" in empty.stderr
+
+
+def test_an_interruption_python_swallowed_still_stops_the_build_at_the_next_cubin(env, monkeypatch):
+    """The command's signal handler sets compile.STOP before it raises; where that KeyboardInterrupt is lost (a
+    finalizer running when the signal lands), the compile loop raises it at the next cubin: what landed is kept,
+    no bundle is written."""
+    monkeypatch.setattr(compilemod.STOP, "is_set", lambda: True)   # as if the handler ran and its raise was lost
+    with pytest.raises(KeyboardInterrupt):
+        run_build(env, jobs=1)
+    assert 1 <= len(list(env.cache.root.glob("??/*.json"))) < 5
+    assert not (env.out / "tiny" / "h100" / "manifest.json").exists()
