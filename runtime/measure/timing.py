@@ -298,20 +298,24 @@ def activity_kind(name: str) -> str:
     return "other"
 
 
-def cuda_activities(torch, fn, iters: int) -> dict[str, list]:
-    """Every GPU activity (kernel, memset, memcpy) of `iters` calls of `fn`, from CUPTI through torch.profiler:
-    {name: [count, total microseconds]} over all the calls."""
+def cuda_events(torch, fn, iters: int = 1) -> list:
+    """Every GPU activity (kernel, memset, memcpy) of `iters` calls of `fn`, from CUPTI through torch.profiler: its
+    events (`name`, `time_range`), the host's left out."""
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
         torch.cuda.synchronize()
+    return [e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+
+
+def cuda_activities(torch, fn, iters: int) -> dict[str, list]:
+    """cuda_events by name: {name: [count, total microseconds]} over all the calls."""
     acts: dict[str, list] = {}
-    for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            a = acts.setdefault(e.name, [0, 0.0])
-            a[0] += 1
-            a[1] += e.time_range.elapsed_us()
+    for e in cuda_events(torch, fn, iters):
+        a = acts.setdefault(e.name, [0, 0.0])
+        a[0] += 1
+        a[1] += e.time_range.elapsed_us()
     return acts
 
 

@@ -5,7 +5,7 @@
     ncu --profile-from-start off ... python3 breakdown.py NET BATCH PHOTO_DIR --profile-one   (isolated.py)
 
 - replay: CUDA events around graph.replay(), median of 50 after 5 warm-ups (measure.timing.event_median_s);
-- every GPU activity of 5 replays (CUPTI through torch.profiler), per name: count and total duration;
+- every GPU activity of 5 replays (CUPTI: measure.timing.cuda_activities), per name: count and total duration;
   table.py groups them by kind (measure.timing.activity_kind) and counts kernels per conv; and one more replay's
   activities in order (timeline: name, start, duration in us);
 - the host's part: replay() from an idle GPU, how long until it returns and until the GPU is done (median of 30);
@@ -26,7 +26,7 @@ from snn.runtime.executor import Executor, reference
 from snn.runtime.graph import GraphRunner
 from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
 from snn.runtime.measure.profiles import apply_profile, resolve_profile
-from snn.runtime.measure.timing import Env, event_median_s
+from snn.runtime.measure.timing import Env, cuda_activities, cuda_events, event_median_s
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
@@ -59,26 +59,11 @@ with torch.no_grad():
         torch.cuda.cudart().cudaProfilerStop()
         sys.exit(0)
     replay_ms = event_median_s(torch, replay, 50, warmup=5) * 1e3
-    from torch.profiler import ProfilerActivity, profile as tprofile
     iters = 5
-    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            replay()
-        torch.cuda.synchronize()
-    acts = {}  # name -> [count, total us] over the iters
-    for e in prof.events():
-        if str(getattr(e, "device_type", "")).endswith("CUDA"):
-            a = acts.setdefault(e.name, [0, 0.0])
-            a[0] += 1
-            a[1] += e.time_range.elapsed_us()
-    acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(acts.items())]
+    acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(cuda_activities(torch, replay, iters).items())]
     # one more replay's activities in order: [name, start us from the first one's start, duration us] (where the
     # chain spends its time between kernels, not only in them)
-    with tprofile(activities=[ProfilerActivity.CUDA]) as prof:
-        replay()
-        torch.cuda.synchronize()
-    evs = sorted((e for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")),
-                 key=lambda e: e.time_range.start)
+    evs = sorted(cuda_events(torch, replay), key=lambda e: e.time_range.start)
     timeline = [[e.name, round(e.time_range.start - evs[0].time_range.start, 3), round(e.time_range.elapsed_us(), 3)]
                 for e in evs]
     # the host's part of a call: how long replay() takes to return, and to finish (an idle GPU before each)
