@@ -26,8 +26,8 @@ SNN_FIT = {
     "epilogue_us": 4.25,   # the runtime's epilogue launch after a split that adds with atomics (tc < C), + 4
                            # passes over the output's bytes (the sums read and zeroed, the output, a residual):
                            # one launch on the benches' event-timed scale (fitted there to a memset launch;
-                           # graph replay on the H100: ~2.4 us, docs/results/fusion/h100)
-                           # (graph replay on the H100: 2.4 us each at batch 1, docs/results/fusion/h100)
+                           # graph replay on the H100: ~2.4 us, docs/results/fusion/h100 in git history)
+                           # (graph replay on the H100: 2.4 us each at batch 1, the same)
     "cluster_us": 1.0,     # a split reduced through a cluster instead: two cluster barriers and the sums over
                            # distributed shared memory (an estimate, not fitted)
     "ch_cyc": 173.8,       # serial latency of one channel for the block's warps (wait, taps, mask)
