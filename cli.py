@@ -162,7 +162,6 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     def interrupted(signum, frame):  # Ctrl-C, and SIGTERM alike: stop, keep what is compiled
         nvcc.STOP.set()
         raise KeyboardInterrupt
-    nvcc.STOP.clear()
     previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
