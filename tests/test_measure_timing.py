@@ -82,6 +82,7 @@ def test_kernel_sum_adds_each_activity_per_call_by_kind(monkeypatch):
 
     monkeypatch.setattr(profiler, "profile", Prof)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(timing, "_profiled", False)   # restored after: a later in-process bench must not exit pytest
     calls = []
     got = timing.kernel_sum(torch, lambda: calls.append(1), iters=2)
     assert len(calls) == 3   # one warm-up call, then the two profiled
@@ -89,6 +90,7 @@ def test_kernel_sum_adds_each_activity_per_call_by_kind(monkeypatch):
     assert got["by_kind"] == {"sparse conv": {"per_call": 1.0, "ms": 0.011}, "epilogue": {"per_call": 0.5, "ms": 0.002},
                               "memset": {"per_call": 0.5, "ms": 0.001}}
     assert list(got["by_kind"]) == ["sparse conv", "epilogue", "memset"]   # largest first
+    assert timing._profiled   # what exit_skipping_teardown goes by
 
 
 def test_activity_kinds_name_snns_own_convs_apart_from_cudnn():
@@ -98,3 +100,27 @@ def test_activity_kinds_name_snns_own_convs_apart_from_cudnn():
     assert activity_kind("tconv_r3s3_str1_pad1_c256n256_h14w14_m64n64k8s3c64_b1_bf16") == "tensor-core conv (snn)"
     assert activity_kind("void convolve_common_engine_float_NHWC<float>") == "cuDNN conv / gemm"
     assert activity_kind("snn_epilogue") == "epilogue" and activity_kind("snn_maxpool") == "other"
+
+
+@pytest.mark.parametrize("profiled", [True, False])
+def test_a_process_that_profiled_exits_without_teardown_its_output_flushed(tmp_path, profiled):
+    """After CUPTI ran, exit_skipping_teardown ends the process at once with the code given, buffered output still
+    written and no atexit handler run (the teardown that aborted); without a profile it returns and Python exits
+    as usual."""
+    import subprocess
+    import sys
+    script = tmp_path / "p.py"
+    script.write_text(
+        "import atexit, sys\n"
+        "from snn.runtime.measure import timing\n"
+        f"timing._profiled = {profiled}\n"
+        "atexit.register(lambda: print('teardown ran'))\n"
+        "print('results written', end='')\n"
+        "sys.stderr.write('note')\n"
+        "timing.exit_skipping_teardown(3)\n"
+        "print(' and returned')\n")
+    p = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    if profiled:
+        assert (p.returncode, p.stdout, p.stderr) == (3, "results written", "note")
+    else:
+        assert p.returncode == 0 and p.stdout == "results written and returned\nteardown ran\n"

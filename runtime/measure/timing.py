@@ -18,6 +18,7 @@ import time
 from .common import git_commit
 
 _CYCLES_PER_US = 2000  # above any H100/H200 SM clock: the sleep is long enough
+_profiled = False       # CUPTI (torch.profiler) has run in this process: see exit_skipping_teardown
 
 
 def event_median_s(torch, fn, reps: int, warmup: int = 3) -> float:
@@ -302,6 +303,8 @@ def cuda_events(torch, fn, iters: int = 1) -> list:
     """Every GPU activity (kernel, memset, memcpy) of `iters` calls of `fn`, from CUPTI through torch.profiler: its
     events (`name`, `time_range`), the host's left out."""
     from torch.profiler import ProfilerActivity, profile
+    global _profiled
+    _profiled = True
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(iters):
             fn()
@@ -317,6 +320,21 @@ def cuda_activities(torch, fn, iters: int) -> dict[str, list]:
         a[0] += 1
         a[1] += e.time_range.elapsed_us()
     return acts
+
+
+def exit_skipping_teardown(code: int = 0) -> None:
+    """Where CUPTI ran in this process, end it now (output flushed) without the interpreter's teardown: processes
+    that profiled through torch.profiler have aborted in native code after Python had finished
+    (`free(): invalid pointer`, exit code 134; README, Known limits). Call it once everything is written."""
+    if not _profiled:
+        return
+    import sys
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:  # a closed or broken stream: nothing left to save
+            pass
+    os._exit(code)
 
 
 def kernel_sum(torch, fn, iters: int = 5) -> dict:

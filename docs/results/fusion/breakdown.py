@@ -26,7 +26,7 @@ from snn.runtime.executor import Executor, reference
 from snn.runtime.graph import GraphRunner
 from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
 from snn.runtime.measure.profiles import apply_profile, resolve_profile
-from snn.runtime.measure.timing import Env, cuda_activities, cuda_events, event_median_s
+from snn.runtime.measure.timing import Env, cuda_activities, cuda_events, event_median_s, exit_skipping_teardown
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
@@ -93,3 +93,4 @@ with open(out_path, "w") as f:
     json.dump(doc, f)
 print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {sum(a[1] for a in acts) / iters:.0f} activities a replay for "
       f"{len(trace)} convs ({doc['sparse_layers']} sparse), rel_err vs fp64 {rel_err:.1e} (worst of 20 more: {worst:.1e})")
+exit_skipping_teardown()   # the native teardown after CUPTI has aborted (README, Known limits)
