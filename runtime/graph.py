@@ -22,6 +22,10 @@ static conv reads is applied by that conv as it stages the batchnorm's input.
 The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
 inside a forward pass; after a replay the branches and counters are copied back once, when the trace is read.
 A graph is captured per input shape (batch size) and replayed for every batch of that shape.
+
+The pass is recorded as two graphs, a short head (the first HEAD of the convs) and the rest, replayed one after
+the other: the GPU starts a graph only once its launch has submitted every node (~0.1 ms for ResNet-152 at batch
+1), so the rest's launch runs while the GPU runs the head. `SNN_GRAPH_SPLIT=0`: one graph.
 """
 from __future__ import annotations
 
@@ -42,6 +46,14 @@ from .kernels import counter_ptr, in_place_pitch, pixel_pitch
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
+HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must outlast the rest's launch
+
+
+def split_before(convs: int) -> int | None:
+    """The conv the second graph starts at (None: one graph), for a pass of `convs` convs."""
+    if convs < 2 or os.environ.get("SNN_GRAPH_SPLIT", "1") == "0":
+        return None
+    return max(1, round(convs * HEAD))
 
 
 class GraphUnavailable(RunError):
@@ -216,6 +228,9 @@ class Capture:
         self._pending: dict[str, InputEpilogue] = {}
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
         self.sums = None
+        self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
+        self._convs = 0                        # convs recorded so far (those with a device-side decision)
+        self._split_at = split_before(len(ex.eligible))
         self._prepare()
         self._plan_handoffs()
 
@@ -273,6 +288,9 @@ class Capture:
         """The conv's nodes; its output, in `target` (a concat buffer's channel slice, zeroed) where every kernel
         the layer may run writes it there (the dense branch copies into it then), else a new tensor."""
         torch, ex = self.torch, self.ex
+        if self.parts is not None and self._convs == self._split_at:
+            self._split()
+        self._convs += 1
         conv = ex.convs[op.name]
         shape = conv.shape
         table = self.tables.get(op.name)
@@ -352,6 +370,16 @@ class Capture:
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
 
+    def _split(self):
+        """End the graph recorded so far and record the rest into the next one. A side branch must join its own
+        graph, and the next graph waits for nothing of the last one: it runs after it, so every clear is done."""
+        if self._cleared:
+            self.torch.cuda.current_stream().wait_stream(self.clear_stream)
+            self._cleared = False
+        if self.sums is not None:
+            self.sums.settle()
+        self.parts.next()
+
     def _clear(self):
         """Zero the sums regions their consumers have read, on a side branch of the graph (it overlaps the next
         convs); the event marks that clear for the regions' next producers (`_await`)."""
@@ -398,9 +426,43 @@ class Capture:
         return [by_name.get(t.name, t) for t in captured]
 
 
+class _Parts:
+    """The CUDA graphs one capture records in turn (Capture._split ends one and begins the next), sharing the
+    first one's memory pool: they are replayed in the order recorded, as a shared pool requires."""
+
+    def __init__(self, torch, keep: bool = False):
+        self.torch, self.keep, self.graphs = torch, keep, []
+
+    def _begin(self):
+        g = self.torch.cuda.CUDAGraph(keep_graph=True) if self.keep else self.torch.cuda.CUDAGraph()
+        g.capture_begin(pool=self.graphs[0].pool() if self.graphs else None)
+        self.graphs.append(g)
+
+    @contextlib.contextmanager
+    def recording(self):
+        """As torch.cuda.graph: free cached memory, then record on a side stream until the block ends."""
+        torch = self.torch
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        with torch.cuda.stream(torch.cuda.Stream()):
+            self._begin()
+            try:
+                yield self
+            finally:
+                self.graphs[-1].capture_end()
+
+    def next(self):
+        self.graphs[-1].capture_end()
+        self._begin()
+
+    def replay(self):
+        for g in self.graphs:
+            g.replay()
+
+
 @dataclass
 class _Graph:
-    graph: object
+    graph: object          # _Parts, or anything with replay()
     x: object
     out: object
     capture: Capture
@@ -488,14 +550,15 @@ class GraphRunner:
         dot = os.environ.get("SNN_GRAPH_DOT")  # debugging: the captured graph as DOT, before instantiation
         while True:
             cap = Capture(self, static_x.shape[0])
-            g = torch.cuda.CUDAGraph(keep_graph=True) if dot else torch.cuda.CUDAGraph()
+            g = cap.parts = _Parts(torch, keep=bool(dot))
             try:
-                with _no_gc(), torch.cuda.graph(g):
+                with _no_gc(), g.recording():
                     out = ex.forward(static_x, capture=cap)
                     cap.finish()
                 if dot:
-                    self._dot(g, f"{dot}.b{static_x.shape[0]}.dot")
-                    g.instantiate()
+                    for k, part in enumerate(g.graphs):
+                        self._dot(part, f"{dot}.b{static_x.shape[0]}" + (f".part{k}" if k else "") + ".dot")
+                        part.instantiate()
                 break
             except BodyUnsupported as e:  # capture again with that layer dense outside any SWITCH
                 if e.layer is None or e.layer in self.dense_layers:

@@ -184,5 +184,11 @@ class Sums:
                 r.state, r.cleared_by = "clearing", cleared_by
 
 
+    def settle(self) -> None:
+        """A new graph begins: what it records runs after every clear recorded so far, so none is waited for."""
+        for r in self.live:
+            r.cleared_by = None
+
+
 def _align(n: int) -> int:
     return -(-n // ALIGN) * ALIGN

@@ -226,3 +226,48 @@ def test_sums_regions_are_a_ring_reused_once_cleared():
     s.cleared(s.dirty()[0])  # cleared by a launch on the graph's stream: nothing to wait for
     assert c not in s.live and s.dirty() == []
     assert s.take(10 ** 6) == (None, [], False)  # larger than the buffer
+
+
+def test_after_a_graph_split_no_earlier_clear_is_waited_for():
+    """A clear recorded in the graph before a split is done before the next graph runs: settle() drops it, and a
+    region taken over it after the split waits for nothing (an event of another capture cannot be waited on)."""
+    A = handoff.ALIGN
+    s = handoff.Sums(torch, 4 * A, "cpu", A)
+    a, _, _ = s.take(A)
+    s.consumed(a)
+    s.clearing("clear-a")
+    s.settle()
+    s.next = 0
+    b, waits, dirty = s.take(A)
+    assert b.start == 0 and waits == [] and not dirty and a not in s.live
+
+
+@pytest.mark.parametrize("split", ["1", "0"])
+def test_a_capture_split_into_two_graphs_records_the_same_pass(tiny, monkeypatch, split):
+    """With a graph split the second graph begins once, at the conv split_before names (SNN_GRAPH_SPLIT=0: never),
+    and the pass is the same: the reference's logits, the eager pass's counts, the sums buffer left zeroed."""
+    from snn.runtime import graph
+    monkeypatch.setenv("SNN_GRAPH_SPLIT", split)
+    sd = weights.random_init(tiny, seed=5)
+    x = torch.randn(2, 3, 20, 20)
+    cache = split_cache(tiny)
+    ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    cap = CpuCapture(Runner(ex), 2)
+    cap.bodies = []
+
+    class Parts:
+        at = []
+
+        def next(self):
+            self.at.append(cap._convs)
+    cap.parts = Parts()
+    y = ex.forward(x, capture=cap)
+    cap.finish()
+    k = graph.split_before(len(ex.eligible))
+    assert Parts.at == ([] if split == "0" else [k]) and (k is None) == (split == "0")
+    assert 0 < (k or 1) < len(ex.eligible) == cap._convs
+    assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5 and not bool(cap.sums.buf.any())
+    eager = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
+    eager.forward(x)
+    assert {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None} == \
+        {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
