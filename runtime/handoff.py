@@ -183,7 +183,6 @@ class Sums:
             if r.state == "dirty":
                 r.state, r.cleared_by = "clearing", cleared_by
 
-
     def settle(self) -> None:
         """A new graph begins: what it records runs after every clear recorded so far, so none is waited for."""
         for r in self.live:
