@@ -18,6 +18,7 @@ run() {  # SPLIT TAG
   SNN_GRAPH_SPLIT=$1 python3 "$here/breakdown.py" "$net" "$batch" "$photos" "$out/$2_${net}_b$batch.json" \
     > "$out/$2_${net}_b$batch.log" 2>&1
   echo "$2 split=$1 exit code $?" | tee -a "$out/log.txt"
+  gzip -f "$out/$2_${net}_b$batch.json"   # its timeline and activities: ~40 KB a run as text
 }
 for i in $(seq "$pairs"); do run 1 on$i; run 0 off$i; run 0 off${i}b; run 1 on${i}b; done
 python3 "$here/split_table.py" "$out" "$net" "$batch" | tee "$out/table.md"
