@@ -18,7 +18,9 @@ A backend provides
 The capture hook: runtime/graph.py records forward() into a CUDA graph through these members of
 Executor, and no others:
     forward(x, capture=cap)          cap.counters: the int64 zero counters the pass counts into (zeroed
-                                     first); cap.conv(op, inp, epi, batch, counters, trace) -> output:
+                                     first); cap.conv_op(op): called first at every conv op, whatever its
+                                     path (the graph may end there and the next begin);
+                                     cap.conv(op, inp, epi, batch, counters, trace) -> output:
                                      called for every eligible conv in place of the host read and dispatch;
                                      cap.defer(op, inp, counters) -> bool: an epilogue op the graph leaves to
                                      the conv that reads it (its value is then inp)
@@ -372,6 +374,8 @@ class Executor:
         for i, op in enumerate(prog.ops):
             a = op.attrs
             if op.kind == "conv":
+                if capture is not None:
+                    capture.conv_op(op)   # where the graph may end and the next begin
                 epi = self.epilogue_of(op, env, counters if count else None)
                 target = None
                 if "concat" in a:  # its value's only reader is a concat chain: its slice of the buffer, where it can

@@ -229,8 +229,8 @@ class Capture:
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
         self.sums = None
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
-        self._convs = 0                        # convs recorded so far (those with a device-side decision)
-        self._split_at = split_before(len(ex.eligible))
+        self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
+        self._split_at = split_before(len(ex.convs))
         self._prepare()
         self._plan_handoffs()
 
@@ -284,13 +284,17 @@ class Capture:
                                                 sums=inp, scale=a["scale"])
         return True
 
+    def conv_op(self, op):
+        """Every conv op of the pass comes here first, in program order: the second graph begins at the conv
+        split_before names, whatever path the conv takes (a decided one, cuDNN's, 16 bits')."""
+        if self.parts is not None and self._convs == self._split_at:
+            self._split()
+        self._convs += 1
+
     def conv(self, op, inp, epi, B, counters, trace, target=None):
         """The conv's nodes; its output, in `target` (a concat buffer's channel slice, zeroed) where every kernel
         the layer may run writes it there (the dense branch copies into it then), else a new tensor."""
         torch, ex = self.torch, self.ex
-        if self.parts is not None and self._convs == self._split_at:
-            self._split()
-        self._convs += 1
         conv = ex.convs[op.name]
         shape = conv.shape
         table = self.tables.get(op.name)
