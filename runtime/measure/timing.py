@@ -54,6 +54,20 @@ def graph_call_s(torch, fn, calls: int = 10, reps: int = 15) -> float:
     return t
 
 
+def idle_call_ms(torch, fn, reps: int = 30) -> tuple[float, float]:
+    """(ms until fn() returns, ms until its work is done) from an idle GPU, medians of `reps`: a graph's launch is
+    host time the GPU waits out before the graph's first node runs (runtime/graph.py, the split)."""
+    host = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        host.append(((t1 - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
+    return tuple(statistics.median(h[i] for h in host) for i in (0, 1))
+
+
 def wall_times_ms(fn, inputs, reps: int, warmup: int, sync) -> list[float]:
     """Wall time (ms) of `reps` whole calls fn(x), x rotating over inputs, each between two sync() calls,
     after `warmup` untimed ones: the host's part counts, as it does for a user."""

@@ -16,9 +16,7 @@ Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the netw
 """
 import json
 import os
-import statistics
 import sys
-import time
 
 from snn.codegen.spec import load_spec
 from snn.runtime.cuda import Device
@@ -26,7 +24,8 @@ from snn.runtime.executor import Executor, reference
 from snn.runtime.graph import GraphRunner
 from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
 from snn.runtime.measure.profiles import apply_profile, resolve_profile
-from snn.runtime.measure.timing import Env, cuda_activities, cuda_events, event_median_s, exit_skipping_teardown
+from snn.runtime.measure.timing import (Env, cuda_activities, cuda_events, event_median_s, exit_skipping_teardown,
+                                       idle_call_ms)
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
@@ -67,15 +66,7 @@ with torch.no_grad():
     timeline = [[e.name, round(e.time_range.start - evs[0].time_range.start, 3), round(e.time_range.elapsed_us(), 3)]
                 for e in evs]
     # the host's part of a call: how long replay() takes to return, and to finish (an idle GPU before each)
-    host = []
-    for _ in range(30):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        replay()
-        t1 = time.perf_counter()
-        torch.cuda.synchronize()
-        host.append(((t1 - t0) * 1e3, (time.perf_counter() - t0) * 1e3))
-    launch_ms, call_ms = (statistics.median(h[i] for h in host) for i in (0, 1))
+    launch_ms, call_ms = idle_call_ms(torch, replay)
     # the same check over 20 more replays, the graph's output poisoned (NaN) before each: a kernel that read
     # what its predecessor had not finished writing (programmatic launches) would show here
     static_out = runner._graphs[(tuple(x.shape), x.dtype)].out

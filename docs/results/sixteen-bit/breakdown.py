@@ -1,7 +1,7 @@
 """Where a 16-bit forward pass spends its GPU time: snn's engine (`snn.load` of a 16-bit bundle, its CUDA graph)
 beside torch.compile of the same model in the same precision (measure.baselines: inductor, freezing, CUDA graphs).
 Every GPU activity of 5 calls (CUPTI through torch.profiler), per name and grouped by kind; each side's replay or
-call time (CUDA events, median of 50). Seeded random weights, random input (the time of a dense path does not
+call time (CUDA events, median of 50); snn's replay() from an idle GPU (how long it takes to return, and to finish). Seeded random weights, random input (the time of a dense path does not
 depend on the zeros).
 
     python3 breakdown.py NET PRECISION BATCHES OUT.json [--no-compile]
@@ -18,7 +18,7 @@ import snn
 from snn.codegen.spec import load_spec
 from snn.runtime.measure.baselines import _compiled, model_for
 from snn.runtime.measure.inputs import load_weights
-from snn.runtime.measure.timing import Env, cuda_activities, event_median_s, exit_skipping_teardown
+from snn.runtime.measure.timing import Env, cuda_activities, event_median_s, exit_skipping_teardown, idle_call_ms
 
 
 def kind(name: str) -> str:
@@ -77,7 +77,9 @@ def main(argv=None):
             e = snn.load(bundle, weights="/tmp/snn_breakdown16/weights.pth", batch=B, precision=a.precision)
             e(x)
             replay = e.graph.replayer(x)
+            launch_ms, call_ms = idle_call_ms(torch, replay)   # the host's part: replay() from an idle GPU
             row = {"batch": B, "snn": {"replay_ms": round(event_median_s(torch, replay, 50, warmup=5) * 1e3, 4),
+                                       "replay_launch_ms": round(launch_ms, 4), "replay_call_ms": round(call_ms, 4),
                                        **activities(replay)}}
             del e, replay
             if not a.no_compile:
