@@ -36,7 +36,8 @@ from . import bundle, tensorcore
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .dense import DenseConfig
-from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_THREADS, MAXPOOL_VECTOR, PDL,
+from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_EPILOGUE, MAXPOOL_THREADS,
+                   MAXPOOL_VECTOR, PDL,
                    epilogue_function, maxpool_function)
 from .errors import UserError
 from .spec import Network
@@ -418,9 +419,11 @@ def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None
 
 
 def _maxpool_entry(placed: dict, record: dict, precision: str) -> dict:
-    """The manifest's "maxpool": its cubin, function, block, the channels a thread takes, launch marks, resources."""
+    """The manifest's "maxpool": its cubin, function, block, the channels a thread takes, whether it takes its
+    producer's epilogue (shift, relu, zeros), launch marks, resources."""
     return {**placed, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
-            "vector": MAXPOOL_VECTOR[precision], "pdl": PDL, **resources(record)}
+            "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": PDL,
+            **resources(record)}
 
 
 def _epilogue_entry(placed: dict, record: dict, precision: str) -> dict:

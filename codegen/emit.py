@@ -325,6 +325,8 @@ def render_epilogue(precision: str = "fp32") -> tuple[str, str]:
 # The max-pool kernel (maxpool.cu.j2): one a bundle, 16 bytes of channels a thread
 MAXPOOL_THREADS = 256
 MAXPOOL_VECTOR = {"fp32": 4, "bf16": 8, "fp16": 8}
+# precisions whose max-pool kernel takes its producer's shift + ReLU and counts its zeros (shift, relu, zeros)
+MAXPOOL_EPILOGUE = {"fp32": True, "bf16": False, "fp16": False}
 
 
 def maxpool_function(precision: str = "fp32") -> str:
@@ -338,7 +340,7 @@ def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
     header, dt2, _, _, from_f = _SIXTEEN.get(precision, (None,) * 5)
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
-        VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS)
+        VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision])
 
 
 def render_selector() -> tuple[str, str]:

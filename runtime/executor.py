@@ -211,7 +211,7 @@ class Executor:
         self.convs = {c.name: c for c in net.convs}
         self.precision = precision
         self.dtype = torch_dtype(torch, precision)
-        self.program: Program = lower(net, weights, self.device)
+        self.program: Program = lower(net, weights, self.device, pool_epilogues=precision == "fp32")
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
@@ -412,7 +412,7 @@ class Executor:
                     y = y + env[v]
                 env[op.name] = y
             elif op.kind == "maxpool":
-                env[op.name] = self._maxpool(env[op.inputs[0]], a)
+                env[op.name] = self._maxpool(env[op.inputs[0]], a, counters if count else None)
             elif op.kind == "avgpool":
                 env[op.name] = F.avg_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
                                             ceil_mode=a["ceil_mode"])
@@ -437,16 +437,39 @@ class Executor:
         self.last_trace = trace
         return env[prog.output]
 
-    def _maxpool(self, x, a: dict):
-        """On the bundle's max-pool kernel where the backend has one that takes x, else torch's."""
-        pool = getattr(self.backend, "maxpool", None)
-        if pool is not None and x.dim() == 4 and x.is_cuda:
-            out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], a["padding"][i], a["ceil_mode"])
-                           for i in (0, 1))
-            y = pool(x, a["kernel"], a["stride"], a["padding"], out_hw)
-            if y is not None:
-                return y
-        return self.torch.nn.functional.max_pool2d(x, a["kernel"], a["stride"], a["padding"], ceil_mode=a["ceil_mode"])
+    def _maxpool(self, x, a: dict, counters=None):
+        """On the bundle's max-pool kernel where the backend has one that takes x, else torch's. With attrs
+        "epilogue" (lower._into_pools: its producer's shift + ReLU, the pooled zeros counted into `slot`) the kernel
+        applies it where it can; else the backend's epilogue launches run before the pool (and count after it)."""
+        ep = a.get("epilogue")
+        slot = ep["slot"] if ep and counters is not None else None
+        y = self._pool_kernel(x, a, ep, counters if slot is not None else None, slot)
+        if y is not None:
+            return y
+        cl = self.torch.channels_last
+        if ep:
+            t = self.torch.empty_like(x, memory_format=cl)
+            self.backend.epilogue(x.contiguous(memory_format=cl), None, ep["shift"], None, t, None, None, ep["relu"])
+            x = t
+        y = self._pool_kernel(x, a)
+        if y is None:
+            y = self.torch.nn.functional.max_pool2d(x, a["kernel"], a["stride"], a["padding"],
+                                                    ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
+        if slot is not None:   # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
+            self.backend.epilogue(y, None, None, None, y, counters, slot, True)
+        return y
+
+    def _pool_kernel(self, x, a: dict, ep: dict | None = None, counters=None, slot=None):
+        """The backend's max-pool kernel's output (the epilogue `ep` applied, zeros counted into counters[slot]), or
+        None where it has none, or none that takes x (or the epilogue)."""
+        pool = getattr(self.backend, "maxpool", None)   # CudaBackend's (TorchBackend has none)
+        if pool is None or x.dim() != 4:
+            return None
+        out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], a["padding"][i], a["ceil_mode"])
+                       for i in (0, 1))
+        if ep is None:
+            return pool(x, a["kernel"], a["stride"], a["padding"], out_hw)
+        return pool(x, a["kernel"], a["stride"], a["padding"], out_hw, ep["shift"], ep["relu"], counters, slot)
 
     def _chain_buffer(self, blocks: dict, name: str, total: int, like, conv: Op | None = None):
         """A concat chain's buffer ([B, total, H, W] NHWC, like's batch and pixels), made by its first writer. Zeroed

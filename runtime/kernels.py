@@ -267,12 +267,16 @@ class CudaBackend:
         grid = (total + per_block - 1) // per_block
         self.dev.launch(self.epi_cubin, self.epi_fn, (grid, 1, 1), (self.epi_block, 1, 1), 0, args, self.epi_pdl)
 
-    def maxpool(self, inp, kernel, stride, padding, out_hw):
+    def maxpool(self, inp, kernel, stride, padding, out_hw, shift=None, relu=False, counters=None, slot=None):
         """Max pooling on the bundle's kernel (manifest "maxpool"): a new channels_last tensor, or None where the
         bundle has no such kernel or the input does not suit it (another type, channels not whole 16-byte
-        vectors): the caller pools with torch then."""
+        vectors), or an epilogue is asked of a kernel that does not take one (manifest "epilogue": relu(value +
+        shift[c]) on each value read, the pooled zeros counted into counters[slot]): the caller pools with torch
+        then."""
         pool = self.cache.maxpool
-        if pool is None or inp.dtype != self.epi_dtype or inp.shape[1] % int(pool["vector"]):
+        fused = bool(pool and pool.get("epilogue"))
+        if pool is None or inp.dtype != self.epi_dtype or inp.shape[1] % int(pool["vector"]) \
+                or ((shift is not None or relu or counters is not None) and not fused):
             return None
         inp = inp.contiguous(memory_format=self.torch.channels_last)
         if inp.data_ptr() % 16:   # a view at an offset the kernel's 16-byte loads cannot take
@@ -287,6 +291,8 @@ class CudaBackend:
         threads = b * p * q * (c // int(pool["vector"]))
         args = [(inp.data_ptr(), _PTR), (out.data_ptr(), _PTR), (b * p * q, _I64)] + \
             [(v, _I32) for v in (c, h, w, p, q, kh, kw, sh, sw, ph, pw)]
+        if fused:
+            args += [(_ptr(shift), _PTR), (1 if relu else 0, _I32), (counter_ptr(counters, slot), _PTR)]
         self.dev.launch(pool["cubin"], pool["function"], ((threads + block - 1) // block, 1, 1), (block, 1, 1), 0,
                         args, bool(pool.get("pdl")))
         return out

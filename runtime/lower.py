@@ -44,7 +44,8 @@ class Op:
     # alias: none (the value is its input's: a conv that applied its epilogue itself);
     # concat: none (torch.cat of its inputs), or in a chain (_concat_chains): buffer (the chain's name), total
     # (its channels), offsets (where each input goes), channels (this value's: the buffer's first ones);
-    # count: slot; pools: kernel, stride, padding, ceil_mode / size; linear: weight, bias
+    # count: slot; pools: kernel, stride, padding, ceil_mode / size, and a max pool's epilogue (_into_pools: shift,
+    # relu, slot); linear: weight, bias
 
 
 @dataclass
@@ -80,9 +81,10 @@ def bn_scale_shift(sd: dict, param: str, eps: float):
     return scale, shift
 
 
-def lower(net: Network, sd: dict, device="cpu") -> Program:
+def lower(net: Network, sd: dict, device="cpu", pool_epilogues: bool = True) -> Program:
     """The Program for `net` with the tensors of `sd` ({param name: tensor}, as weights.load returns
-    it), folded and placed on `device`."""
+    it), folded and placed on `device`. pool_epilogues: move a cuDNN conv's shift + ReLU into the max pool that
+    alone reads it (_into_pools; exact FP32 only: in 16 bits cuDNN fuses them into the conv's own call)."""
     torch = import_torch()
     dev = torch.device(device)
     g = _Graph(net)
@@ -96,6 +98,8 @@ def lower(net: Network, sd: dict, device="cpu") -> Program:
     eligible = {c.name for c in net.sparse_convs}  # the convs the build made kernels for (spec.ConvLayer.sparse)
     ops, slots = _counters(ops, eligible)
     ops = _into_convs(ops)
+    if pool_epilogues:
+        ops = _into_pools(ops, eligible)
     ops = _concat_chains(ops, lambda v: net.input_shape if v == net.input_name else g.nodes[v].shape)
     _into_concats(ops, net.output)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
@@ -285,6 +289,37 @@ def _into_convs(ops: list[Op]) -> list[Op]:
             src.inputs = src.inputs + (a["residual"],)
         out.append(Op("alias", op.name, (src.name,)))
     return out
+
+
+def _into_pools(ops: list[Op], eligible: set[str]) -> list[Op]:
+    """A conv that always runs on cuDNN (not eligible: the stem's 7x7 over the image), its shift + ReLU fused into it
+    (_into_convs) and its value read by one max pool alone: the epilogue moves into that pool (attrs "epilogue":
+    shift, relu, slot), which applies it to each value it reads and, where a count op followed the pool, counts the
+    pooled zeros itself (the count op is dropped). One launch instead of three: the epilogue over the conv's whole
+    output, the pool, the count. The conv then runs as cuDNN's plain call. Where the backend's pool cannot take
+    the epilogue, Executor._maxpool launches it before the pool, as before."""
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for v in op.inputs:
+            readers.setdefault(v, []).append(op)
+    made = {op.name: op for op in ops if op.kind in ("conv", "alias")}
+    dropped: set[int] = set()
+    for i, op in enumerate(ops):
+        alias = made.get(op.inputs[0]) if op.kind == "maxpool" else None
+        if alias is None or alias.kind != "alias" or readers.get(alias.name) != [op]:
+            continue
+        conv = made.get(alias.inputs[0])
+        ep = conv.attrs.get("epilogue") if conv is not None and conv.kind == "conv" else None
+        if not ep or conv.name in eligible or readers.get(conv.name) != [alias] or ep["residual"] is not None \
+                or not ep["relu"] or ep["slot"] is not None or "concat" in conv.attrs:
+            continue
+        op.attrs["epilogue"] = {"shift": ep["shift"], "relu": True, "slot": None}
+        del conv.attrs["epilogue"]
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
+            op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]
+            dropped.add(id(nxt))
+    return [op for op in ops if id(op) not in dropped]
 
 
 def _concat_chains(ops: list[Op], shape_of) -> list[Op]:

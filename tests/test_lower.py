@@ -25,15 +25,15 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     kinds = [op.kind for op in prog.ops]
     assert "relu" in kinds                       # fc1.relu: plain torch
     assert "batchnorm" not in kinds and "bn" not in kinds
-    # pool1 (maxpool of a relu) and cat (read by e.conv) get a counting pass
-    assert [op.name for op in prog.ops if op.kind == "count"] == ["pool1", "cat"]
-    # conv -> bn -> relu: the epilogue (folded bias, ReLU, zero count) moves into the conv; the relu's value
-    # is the conv's
-    conv1 = ops[("conv", "conv1")]
-    assert conv1.attrs["bias"] is None and ops[("alias", "relu1")].inputs == ("conv1",)
-    epi = conv1.attrs["epilogue"]
-    assert epi["relu"] and epi["shift"] is not None and epi["residual"] is None
-    assert epi["slot"] is None and "relu1" not in prog.slots   # relu1 is measured after its maxpool (pool1)
+    # cat (read by e.conv) gets a counting pass; pool1 (maxpool of a relu) counts its own zeros (below)
+    assert [op.name for op in prog.ops if op.kind == "count"] == ["cat"]
+    # conv -> bn -> relu -> maxpool, the conv on cuDNN (not eligible): the epilogue (folded bias, ReLU) moves into
+    # the pool, which also counts the zeros pool1's readers are measured by; the relu's value is the conv's own
+    conv1, pool1 = ops[("conv", "conv1")], ops[("maxpool", "pool1")]
+    assert conv1.attrs["bias"] is None and "epilogue" not in conv1.attrs and ops[("alias", "relu1")].inputs == ("conv1",)
+    epi = pool1.attrs["epilogue"]
+    assert epi["relu"] and epi["shift"] is not None and epi["slot"] == prog.slots["pool1"]
+    assert "relu1" not in prog.slots and pool1.inputs == ("relu1",)
     assert ("epilogue", "relu1") not in ops and ("epilogue", "c.relu") not in ops  # a conv's own bias too (c.conv)
     # the residual block: fused into the conv produced last (b.conv2; the spec's node order runs b.down first),
     # which adds b.down's value; b.down keeps its folded bias (its kernel adds it)
@@ -51,10 +51,51 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     # convs sharing an input share its counter; every slot is counted exactly once
     assert prog.slots["pool1"] == prog.slots[ops[("conv", "b.down")].inputs[0]]
     counted = [op.attrs["slot"] for op in prog.ops if op.kind in ("count", "epilogue") and "slot" in op.attrs]
-    counted += [op.attrs["epilogue"]["slot"] for op in prog.ops if op.kind == "conv" and "epilogue" in op.attrs
-                and op.attrs["epilogue"]["slot"] is not None]
+    counted += [op.attrs["epilogue"]["slot"] for op in prog.ops if op.kind in ("conv", "maxpool")
+                and "epilogue" in op.attrs and op.attrs["epilogue"]["slot"] is not None]
     assert sorted(counted) == sorted(prog.slots.values()) == list(range(len(prog.slots)))
     assert prog.conv_op("e.conv").inputs == ("cat",)
+
+
+def test_without_pool_epilogues_the_conv_keeps_its_epilogue_and_the_pool_is_counted(tiny):
+    """16 bits (pool_epilogues=False): cuDNN fuses the stem's shift + ReLU into the conv's call; the pool is plain
+    and a count op follows it."""
+    prog = lower.lower(tiny, weights.random_init(tiny, seed=1), "cpu", pool_epilogues=False)
+    ops = {(op.kind, op.name): op for op in prog.ops}
+    assert [op.name for op in prog.ops if op.kind == "count"] == ["pool1", "cat"]
+    epi = ops[("conv", "conv1")].attrs["epilogue"]
+    assert epi["relu"] and epi["shift"] is not None and epi["residual"] is None and epi["slot"] is None
+    assert "epilogue" not in ops[("maxpool", "pool1")].attrs
+
+
+def test_a_pool_epilogue_runs_where_the_pool_kernel_cannot_take_it(tiny):
+    """The executor's fallbacks for a pool with its producer's epilogue: a backend without a pool kernel (torch's
+    pool, the epilogue launched before it, the zeros counted after), and one whose pool kernel takes no epilogue
+    (a bundle's from before it took one); both give the logits and the counts of the lowering without the move."""
+    F, cl = torch.nn.functional, torch.channels_last
+
+    class PlainPool(executor.TorchBackend):
+        pooled = 0
+
+        def maxpool(self, inp, kernel, stride, padding, out_hw, *epilogue):
+            if epilogue:
+                return None
+            self.pooled += 1
+            y = F.max_pool2d(inp, kernel, stride, padding, ceil_mode=True)
+            return y[:, :, :out_hw[0], :out_hw[1]].contiguous(memory_format=cl)
+
+    sd = weights.random_init(tiny, seed=4)
+    x = torch.randn(2, 3, 20, 20)
+    ref = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force="dense", trace=True)
+    ref.program = lower.lower(tiny, sd, "cpu", pool_epilogues=False)
+    y_ref = ref.forward(x)
+    plain = PlainPool()
+    for be in (executor.TorchBackend(), plain):
+        ex = executor.Executor(tiny, sd, be, None, device="cpu", force="dense", trace=True)
+        assert "epilogue" in ex.program.ops[[op.name for op in ex.program.ops].index("pool1")].attrs
+        assert torch.equal(ex.forward(x), y_ref)
+        assert {t.name: t.sparsity for t in ex.last_trace} == {t.name: t.sparsity for t in ref.last_trace}
+    assert plain.pooled == 2   # both of tiny's pools, the first after the epilogue's own launch
 
 
 def test_folded_conv_equals_conv_then_batchnorm(tiny):
@@ -63,7 +104,7 @@ def test_folded_conv_equals_conv_then_batchnorm(tiny):
     x = torch.randn(2, 3, 20, 20, dtype=torch.float64)
     env = executor.reference(tiny, sd, x, keep_all=True)
     conv = prog.conv_op("conv1")
-    shift = conv.attrs["epilogue"]["shift"]
+    shift = next(op for op in prog.ops if op.name == "pool1").attrs["epilogue"]["shift"]   # moved into its pool
     y = torch.nn.functional.conv2d(x, conv.attrs["weight"].double(), shift.double(), 1, 1)
     assert rel_err(y, env["bn1"]) < 1e-6
     assert conv.attrs["weight"].dtype == torch.float32

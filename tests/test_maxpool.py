@@ -8,7 +8,7 @@ import pytest
 from snn.codegen import bundle
 from snn.codegen.build import build, build_spec
 from snn.codegen.cache import CubinCache
-from snn.codegen.emit import MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool
+from snn.codegen.emit import MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool
 from snn.codegen.spec import load_spec
 from snn.runtime import manifest
 
@@ -30,9 +30,11 @@ nodes:
 def test_render_per_precision():
     fn, src = render_maxpool()
     assert fn == maxpool_function() == "snn_maxpool" and "float4" in src and "#include" not in src
-    assert f"__launch_bounds__({MAXPOOL_THREADS})\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
+    assert f"__launch_bounds__({MAXPOOL_THREADS}, 4)\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
+    assert MAXPOOL_EPILOGUE["fp32"] and "int relu, unsigned long long* __restrict__ zeros)" in src   # its producer's
     for p in ("bf16", "fp16"):
         fn, src = render_maxpool(p)
+        assert not MAXPOOL_EPILOGUE[p] and "shift" not in src and f"__launch_bounds__({MAXPOOL_THREADS})\n" in src
         assert fn == f"snn_maxpool_{p}" and "__hmax2_nan" in src and "uint4" in src and MAXPOOL_VECTOR[p] == 8
         assert ("cuda_bf16.h" if p == "bf16" else "cuda_fp16.h") in src
     with pytest.raises(ValueError, match="precision must be one of"):
@@ -58,6 +60,7 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
     fn = maxpool_function(precision)
     assert pool["cubin"] == f"cubins/{fn}.cubin" and pool["function"] == fn and pool["pdl"]
     assert pool["block"] == [MAXPOOL_THREADS] and pool["vector"] == MAXPOOL_VECTOR[precision]
+    assert pool["epilogue"] == MAXPOOL_EPILOGUE[precision]
     assert pool["registers"] > 0 and pool["stack"] == 0 and not bundle.verify(r.manifest_path.parent, m)
     cache = manifest.load(r.manifest_path, net, str(spec), 1, H100_CC, tuning_path=False)
     assert cache.maxpool["cubin"] == str(r.manifest_path.parent / f"cubins/{fn}.cubin")

@@ -1,6 +1,7 @@
 """The bundle's max-pool kernel (codegen/templates/maxpool.cu.j2) through CudaBackend.maxpool against torch's
 max_pool2d in every precision: padding, ceil_mode windows that hang over the edge, unequal kernel / stride /
-padding pairs, a batch, negative values and a NaN (it must win, as in torch); the output poisoned first."""
+padding pairs, a batch, negative values and a NaN (it must win, as in torch); the output poisoned first. In FP32 also
+with its producer's epilogue (shift + ReLU on each value read) and the pooled zeros counted."""
 import shutil
 
 import pytest
@@ -10,7 +11,7 @@ pytest.importorskip("cuda.bindings.driver")
 
 from snn.codegen.cache import CubinCache  # noqa: E402
 from snn.codegen.compile import Compiler  # noqa: E402
-from snn.codegen.emit import MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool  # noqa: E402
+from snn.codegen.emit import MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool  # noqa: E402
 from snn.codegen.spec import pool_out  # noqa: E402
 from snn.runtime.cuda import Device, torch_dtype  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
@@ -29,7 +30,7 @@ class _Bundle:
     def __init__(self, precision, cubin):
         self.precision, self.epilogue = precision, {"cubin": "", "function": "unused"}
         self.maxpool = {"cubin": cubin, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
-                        "vector": MAXPOOL_VECTOR[precision], "pdl": True}
+                        "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": True}
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +65,27 @@ def test_maxpool_kernel_declines_what_it_cannot_take(backends):
     x = torch.randn(1, 6, 8, 8, device="cuda").contiguous(memory_format=torch.channels_last)   # 6 % 4 != 0
     assert backends["fp32"].maxpool(x, (2, 2), (2, 2), (0, 0), (4, 4)) is None
     assert backends["bf16"].maxpool(x.float(), (2, 2), (2, 2), (0, 0), (4, 4)) is None           # not its type
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_maxpool_kernel_applies_its_producers_epilogue_and_counts(backends, case):
+    """relu(x + shift[c]) on every value read, then the max: torch's pool of snn_epilogue's output, bit for bit, and
+    the pooled zeros added to the counter's slot (not over it); a shift alone, without the ReLU, too."""
+    b, c, h, w, k, s, p, ceil = CASES[case]
+    g = torch.Generator("cuda").manual_seed(10 + case)
+    x = torch.randn(b, c, h, w, device="cuda", generator=g).contiguous(memory_format=torch.channels_last)
+    shift = torch.randn(c, device="cuda", generator=g) * 0.5
+    out_hw = tuple(pool_out((h, w)[i], k[i], s[i], p[i], ceil) for i in (0, 1))
+    for relu in (True, False):
+        counters = torch.full((3,), 7, dtype=torch.int64, device="cuda")
+        torch.full((b * c * out_hw[0] * out_hw[1],), float("nan"), device="cuda")   # poison
+        y = backends["fp32"].maxpool(x, k, s, p, out_hw, shift, relu, counters, 1)
+        pre = x + shift.view(1, c, 1, 1)
+        ref = torch.nn.functional.max_pool2d(pre.relu() if relu else pre, k, s, p, ceil_mode=ceil)
+        torch.testing.assert_close(y, ref, rtol=0, atol=0)
+        zeros = int((ref == 0).sum())
+        assert zeros > 0 or not relu
+        assert counters.tolist() == [7, 7 + zeros, 7]
+    for prec in ("bf16", "fp16"):   # no epilogue there: declined, the executor runs it apart
+        xs = x.to(torch_dtype(torch, prec))
+        assert backends[prec].maxpool(xs, k, s, p, out_hw, shift.to(xs.dtype), True, None, None) is None
