@@ -1,0 +1,30 @@
+#!/bin/bash
+# The stem's epilogue moved into its max pool (runtime/lower.py, _into_pools) against a checkout without it: both
+# trees built (batch 1,8) and given the same calibration, then breakdown.py per network, batch 1 in both orders
+# (after, before, before2, after2), batch 8 once a side; stem_table.py's table of each run's replay, its GPU
+# activities, and the stem's span on the replay's timeline (the start of its first conv past the image's).
+#   bash docs/results/fusion/stem.sh OUT PHOTO_DIR BEFORE_TREE R152_TUNING D201_TUNING
+# BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT; a file .commit names it where
+# git cannot). *_TUNING: a tuning.json (or .json.gz) for each network's bundle, the same kernels on both sides.
+# SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same builds (all hits here).
+set -uo pipefail
+out=$(realpath -m "${1:?usage: stem.sh OUT PHOTO_DIR BEFORE_TREE R152_TUNING D201_TUNING}"); photos=$(realpath "${2:?PHOTO_DIR}")
+before=$(realpath "${3:?BEFORE_TREE}"); r152=$(realpath "${4:?R152_TUNING}"); d201=$(realpath "${5:?D201_TUNING}")
+here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
+mkdir -p "$out"
+tuning() { case $1 in *.gz) gunzip -c "$1";; *) cat "$1";; esac; }
+for tree in "$after" "$before"; do (
+  cd "$tree" && . docs/results/env.sh
+  [ "$tree" = "$after" ] && env_report > "$out/env.txt"
+  for n in resnet152 densenet201; do snn-codegen build $n --gpu "$GPU" --batch 1,8 -j 16 2>&1 | tail -1; done
+  tuning "$r152" > generated/resnet152/$GPU/tuning.json
+  tuning "$d201" > generated/densenet201/$GPU/tuning.json
+) done
+bd() {  # TREE NET BATCH TAG
+  (cd "$1" && . docs/results/env.sh && timeout 90 python3 docs/results/fusion/breakdown.py $2 $3 "$photos" "$out/$4_$2_b$3.json" \
+    > "$out/$4_$2_b$3.log" 2>&1; echo "$4 $2 b$3 exit $?: $(tail -1 "$out/$4_$2_b$3.log" | cut -c1-200)")
+}
+for n in resnet152 densenet201; do bd "$after" $n 1 after; bd "$before" $n 1 before; bd "$before" $n 1 before2; bd "$after" $n 1 after2; done
+for n in resnet152 densenet201; do bd "$after" $n 8 after; bd "$before" $n 8 before; done
+gzip -f "$out"/*.json
+python3 "$here/stem_table.py" "$out" | tee "$out/table.md"
