@@ -1,6 +1,6 @@
-"""The table of split.sh (and sixteen-bit/split.sh): each breakdown.py run of NET at BATCH in OUT (its gzipped JSON;
-on*: SNN_GRAPH_SPLIT=1, off*: =0), its replay, how long replay() took to return, a call from an idle GPU and that
-call's share above the replay; the medians per side.
+"""The table of split.sh: each breakdown.py run (fusion's, or sixteen-bit's with PRECISION set) of NET at BATCH in
+OUT (its gzipped JSON; on*: SNN_GRAPH_SPLIT=1, off*: =0), its replay, how long replay() took to return, a call from
+an idle GPU and that call's share above the replay; the medians per side.
     python3 docs/results/fusion/split_table.py OUT NET BATCH"""
 import glob
 import gzip
