@@ -191,6 +191,9 @@ def pixel_pitch(t) -> int | None:
     return ld
 
 
+_INT_ARGS = ("relu", "relu2", "out_ld", "in_ld")   # int arguments; zero_total is 64-bit, the rest pointers
+
+
 def _ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
 
@@ -340,6 +343,17 @@ class CudaBackend:
                     if t is not None and pixel_pitch(t) != t.shape[1]:
                         raise RunError(f"kernel '{name}': its producer's residual and stored input must be dense NHWC")
                 vals.update(in_res=_ptr(in_epi.residual), in_out=_ptr(in_epi.out))
+        self._run_steps(name, kentry, bufs, vals)
+        if not launches_epilogue(kentry, epi):
+            return cleared
+        # one launch: a split's sums read into out (the accumulator zeroed again), else in place
+        src = bufs[ACCUMULATOR] if acc is not None else out
+        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, clear=acc is not None,
+                      zero=zero)
+        return cleared or zero is not None
+
+    def _run_steps(self, name, kentry, bufs: dict, vals: dict) -> None:
+        """A kernel's manifest steps: memsets of its buffers, launches with their arguments by name."""
         for i, step in enumerate(kentry["steps"]):
             op = step.get("op")
             if op == "memset":
@@ -353,7 +367,7 @@ class CudaBackend:
                     if a in bufs:
                         args.append((bufs[a].data_ptr(), _PTR))
                     elif a in vals:
-                        args.append((vals[a], _I32 if a in ("relu", "out_ld", "in_ld") else _I64 if a == "zero_total" else _PTR))
+                        args.append((vals[a], _I32 if a in _INT_ARGS else _I64 if a == "zero_total" else _PTR))
                     else:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")
@@ -361,10 +375,27 @@ class CudaBackend:
                                 int(step.get("smem", 0)), args, bool(step.get("pdl")))
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
-        if not launches_epilogue(kentry, epi):
-            return cleared
-        # one launch: a split's sums read into out (the accumulator zeroed again), else in place
-        src = bufs[ACCUMULATOR] if acc is not None else out
-        self.epilogue(src, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu, clear=acc is not None,
-                      zero=zero)
-        return cleared or zero is not None
+
+    def pair_conv(self, name, kentry, inp, weight, out, weight2, out2, epi, epi2, in_epi=None, zero=None) -> bool:
+        """Two 1x1 convs in one launch (codegen/pair.py): out = relu?(inp * weight + epi.bias + epi.residual), its
+        zeros counted as epi says, then out2 = relu?(out * weight2 + epi2.bias), counted as epi2 says (epi2 has no
+        residual). inp may hold its producer's raw sums (in_epi, no residual of its own); `zero` (float32) is
+        cleared by the kernel: True then. Every tensor dense NHWC (NCHW-shaped channels_last views)."""
+        for t in (inp, out, out2, epi.residual):
+            if t is not None and pixel_pitch(t) != t.shape[1]:
+                raise RunError(f"kernel '{name}': its tensors must be dense NHWC")
+        if epi2.residual is not None or (in_epi is not None and (in_epi.residual is not None or in_epi.out is not None
+                                                                 or in_epi.scale is not None)):
+            raise RunError(f"kernel '{name}': no residual for the second conv, no residual or scale for the input")
+        vals = {"bias": _ptr(epi.bias), "residual": _ptr(epi.residual), "zeros": counter_ptr(epi.counters, epi.slot),
+                "relu": int(bool(epi.relu)), "in_shift": 0, "in_zeros": 0, "zero": 0, "zero_total": 0,
+                "bias2": _ptr(epi2.bias), "zeros2": counter_ptr(epi2.counters, epi2.slot), "relu2": int(bool(epi2.relu))}
+        if in_epi is not None:
+            vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
+        if zero is not None:
+            if zero.numel() % 4 or zero.data_ptr() % 16:
+                raise RunError(f"kernel '{name}': a range to zero must be whole 16-byte-aligned float4s")
+            vals.update(zero=_ptr(zero), zero_total=zero.numel())
+        bufs = {"input": inp, "weight": weight, "output": out, "weight2": weight2, "output2": out2}
+        self._run_steps(name, kentry, bufs, vals)
+        return zero is not None

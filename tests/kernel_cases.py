@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from snn.codegen import dense, emit
+from snn.codegen import dense, emit, pair
 from snn.codegen.config import KernelConfig
 from snn.codegen.spec import ConvShape, load_spec
 
@@ -172,3 +172,17 @@ def dense_pre_activation_cases() -> list[tuple]:
              (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2)),
              (ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 32, 8))]
     return [(dense.emitted(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases for b in (1, 3)]
+
+
+def pair_cases() -> list[tuple]:
+    """Two 1x1 convs in one launch (codegen/pair.py): ResNet-152's block boundaries at 14x14 (8 blocks a cluster),
+    28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
+    pipeline, ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
+    def s(c, n, h, w):
+        return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
+    cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(16, 128)),
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(16, 128, slices=1)),
+             (s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(16, 128, stages=2)),
+             (s(64, 256, 56, 56), s(256, 64, 56, 56), pair.PairConfig(16, 128)),
+             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(16, 64, slices=1))]
+    return [(pair.emitted(a, b, batch, cfg), a, b, batch) for a, b, cfg in cases for batch in (1, 3)]

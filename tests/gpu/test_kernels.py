@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
 from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, dense_cases,  # noqa: E402
-                          dense_pre_activation_cases, pre_activation_cases, sixteen_bit_cases, warp_tiled_cases)
+                          dense_pre_activation_cases, pair_cases, pre_activation_cases, sixteen_bit_cases, warp_tiled_cases)
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -140,3 +140,17 @@ def test_sixteen_bit_kernels_match_float64(runner):
     """BF16 and FP16 activations: fused 16-bit stores within one rounding of float64 on the same 16-bit inputs
     (and their zero count exact), splits' FP32 sums within TOLERANCE."""
     _assert_match(runner, sixteen_bit_cases())
+
+
+@pytest.mark.parametrize("handoff", [False, True])
+def test_pair_kernels_match_float64(runner, handoff):
+    """Two 1x1 convs in one launch: both outputs (each poisoned first) against float64, each zero count exact; with
+    handoff the input is a producer's raw sums, finished and counted once while staging, the zero range cleared."""
+    cases = pair_cases()
+    bad = runner.compile([k for k, *_ in cases])
+    assert not bad, bad
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    rows = [runner.check_pair(k, a, b, batch, 0.4 + 0.1 * i % 0.5, gen, handoff)
+            for i, (k, a, b, batch) in enumerate(cases)]
+    wrong = [r for r in rows if not r["ok"]]
+    assert not wrong, wrong[:3]

@@ -1,0 +1,124 @@
+"""Two 1x1 convolutions in one launch (templates/dense_pair.cu.j2): a ResNet block's last conv and the next block's
+first, x = relu(input * W1 + bias + residual) then y = relu(x * W2 + bias2), with x stored as well.
+
+At batch 1 a conv kernel pays 2.6-3.3 us of launch, wait, pipeline fill, cluster sum and store whatever its size
+(docs/performance.md); a bottleneck chain of 1x1 -> 3x3 -> 1x1 pays it three times for ~7 us of FFMAs. Here the
+blocks of one cluster own a tile of pixels: each computes a slice of x's channels over the first conv's whole K
+range, keeps it in shared memory, and that slice is its share of the second conv's K range, summed with the
+cluster's in distributed shared memory as the dense kernel's K split is (codegen/dense.py). x never travels
+back from L2 for the second conv, and the second conv's weights arrive while the first runs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from .dense import BK, CLUSTER_MAX, SMEM_LIMIT
+from .spec import ConvShape
+
+STAGES = 3
+TX = 16              # threads along N (4 channels each): both convs' tiles
+# (bm, bn1, threads, slices): a 16-pixel tile of 128 x channels a block, two slices of 128 threads
+TILES = ((16, 128, 128, 2), (16, 128, 128, 1), (32, 128, 128, 2), (16, 64, 128, 2))
+
+
+@dataclass(frozen=True, order=True)
+class PairConfig:
+    bm: int          # pixels a cluster's tile
+    bn1: int         # x channels a block (the cluster has N1 / bn1 blocks)
+    threads: int = 128   # threads that hold the tile (a slice)
+    slices: int = 2      # slices a block
+    stages: int = STAGES
+
+    def tag(self) -> str:
+        return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
+            f"p{self.stages}" if self.stages != STAGES else "")
+
+    @property
+    def block_threads(self) -> int:
+        return self.threads * self.slices
+
+    def name(self, first: ConvShape, second: ConvShape, batch: int) -> str:
+        return f"dpair_{first.tag()}_n{second.N}_{self.tag()}_b{batch}"
+
+    def to_dict(self) -> dict:
+        return {"family": "pair", **asdict(self)}
+
+
+def _plain_1x1(s: ConvShape) -> bool:
+    return (s.R, s.S) == (1, 1) and s.stride == (1, 1) and s.padding == (0, 0)
+
+
+def eligible(first: ConvShape, second: ConvShape) -> bool:
+    """Two stride-1 1x1 convs, the second reading the first's output: whole chunks and whole float4 runs."""
+    return (_plain_1x1(first) and _plain_1x1(second) and second.C == first.N and (second.H, second.W) == (first.H, first.W)
+            and first.C % BK == 0 and second.N % (4 * TX) == 0)
+
+
+def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
+    ks = first.N // cfg.bn1
+    share = math.ceil(cfg.bm * second.N // 4 / ks)
+    return (cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1 + first.C + cfg.bn1 * second.N
+            + cfg.bm * (cfg.bn1 + 4) + ks * cfg.slices * share * 4)
+
+
+def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    return 4 * smem_floats(first, second, cfg)
+
+
+def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
+    if not eligible(first, second):
+        raise ValueError(f"{first.tag()} -> {second.tag()}: two stride-1 1x1 convs, C % {BK} == 0 and "
+                         f"N % {4 * TX} == 0")
+    ty, ar, br = cfg.threads // TX, min(cfg.block_threads // (BK // 4), cfg.bm), cfg.block_threads // (cfg.bn1 // 4)
+    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % ar or not br or BK % br:
+        raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty}")
+    if cfg.bn1 % (4 * TX) or first.N % cfg.bn1 or not 2 <= first.N // cfg.bn1 <= CLUSTER_MAX:
+        raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
+    if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (BK // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
+        raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
+    if cfg.slices * cfg.bm * (cfg.bn1 + 4) > cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn1):
+        raise ValueError(f"{cfg.tag()}: the slices' x partials do not fit over the stages")
+    if smem_bytes(first, second, cfg) > SMEM_LIMIT:
+        raise ValueError(f"{cfg.tag()}: {smem_bytes(first, second, cfg)} bytes of shared memory, over {SMEM_LIMIT}")
+
+
+def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
+    return [math.ceil(batch * first.H * first.W / cfg.bm), 1, first.N // cfg.bn1]
+
+
+def candidates(first: ConvShape, second: ConvShape, batch: int) -> list[PairConfig]:
+    out = []
+    for bm, bn1, threads, slices in TILES:
+        cfg = PairConfig(bm, bn1, threads, slices)
+        try:
+            check(first, second, cfg)
+        except ValueError:
+            continue
+        out.append(cfg)
+    return out
+
+
+# the launch arguments after emit.CONV_ARGS + IN_ARGS + ZERO_ARGS (the first conv's): the second conv's
+SECOND_ARGS = ["weight2", "output2", "bias2", "zeros2", "relu2"]
+
+
+def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig):
+    from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
+    fn, src = render(first, second, batch, cfg)
+    steps = [{"op": "launch", "function": fn, "grid": grid(first, batch, cfg), "block": [cfg.block_threads, 1, 1],
+              "smem": smem_bytes(first, second, cfg), "args": CONV_ARGS + IN_ARGS + ZERO_ARGS + SECOND_ARGS,
+              "pdl": PDL}]
+    return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
+
+
+def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> tuple[str, str]:
+    """(function name, CUDA source)."""
+    from .emit import _env
+    check(first, second, cfg)
+    fn = cfg.name(first, second, batch)
+    g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
+         "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": TX,
+         "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False}
+    return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)
