@@ -86,6 +86,9 @@ def check(result, what: str):
     return vals[0] if len(vals) == 1 else tuple(vals)
 
 
+PORTABLE_CLUSTER = 8   # blocks a cluster may have without the function's non-portable attribute
+
+
 class Device:
     """The current torch CUDA device, seen through the driver API. Modules and functions are cached."""
 
@@ -115,6 +118,7 @@ class Device:
         self._modules: dict[str, object] = {}
         self._functions: dict[tuple[str, str], object] = {}
         self._smem_opt_in: dict[tuple[str, str], int] = {}
+        self._large_clusters: set[tuple[str, str]] = set()
         # programmatic dependent launches: sm_90+, a cuda-python with cuLaunchKernelEx; SNN_PDL=0 turns them off
         self.pdl = (self.compute_capability >= (9, 0) and hasattr(drv, "cuLaunchKernelEx")
                     and os.environ.get("SNN_PDL", "1") != "0")
@@ -144,7 +148,8 @@ class Device:
             self._functions[key] = fn
         return key, fn
 
-    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args, pdl: bool = False) -> None:
+    def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args, pdl: bool = False,
+               cluster: int = 0) -> None:
         """Launch `name` on torch's current stream; args are (value, ctypes type) pairs. pdl: the kernel waits
         for its stream predecessor itself (griddepcontrol.wait, manifest "pdl"), so it is launched as a
         programmatic dependent where the GPU has them (sm_90+): its launch and prologue overlap the previous

@@ -372,7 +372,7 @@ class CudaBackend:
                         raise RunError(f"kernel '{name}' step {i}: argument {a!r} is no known buffer "
                                        f"(known: {', '.join(list(bufs) + list(vals))})")
                 self.dev.launch(kentry["cubin"], step["function"], step["grid"], step["block"],
-                                int(step.get("smem", 0)), args, bool(step.get("pdl")))
+                                int(step.get("smem", 0)), args, bool(step.get("pdl")), int(step.get("cluster", 0)))
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
 

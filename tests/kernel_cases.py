@@ -175,12 +175,14 @@ def dense_pre_activation_cases() -> list[tuple]:
 
 
 def pair_cases() -> list[tuple]:
-    """Two 1x1 convs in one launch (codegen/pair.py): ResNet-152's block boundaries at 14x14 (8 blocks a cluster),
+    """Two 1x1 convs in one launch (codegen/pair.py): ResNet-152's block boundaries at 14x14 (16 blocks a cluster,
+    non-portable, and 8),
     28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
     pipeline, ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
     def s(c, n, h, w):
         return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
-    cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(16, 128)),
+    cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64)),
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(16, 128)),
              (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(16, 128, slices=1)),
              (s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(16, 128, stages=2)),
              (s(64, 256, 56, 56), s(256, 64, 56, 56), pair.PairConfig(16, 128)),

@@ -225,7 +225,7 @@ class RecordingDevice:
     def __init__(self):
         self.calls, self.pdl = [], []
 
-    def launch(self, cubin, name, grid, block, smem, args, pdl=False):
+    def launch(self, cubin, name, grid, block, smem, args, pdl=False, cluster=0):
         self.calls.append((cubin, name, list(grid), list(block), smem, args))
         self.pdl.append(pdl)
 
