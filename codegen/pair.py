@@ -21,6 +21,7 @@ TX = 16              # threads along N (4 channels each): both convs' tiles
 # blocks a cluster: sm_90 allows 16 where the function asks for a non-portable size (runtime/cuda.py does), so a
 # 1024-channel x splits into 64-channel slices over 32-pixel tiles, with 16 KB of weights a block a chunk
 CLUSTER_MAX = 16
+PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
 # (bm, bn1, threads, slices)
 TILES = ((32, 64, 128, 2), (32, 128, 128, 2), (16, 128, 128, 2), (16, 64, 128, 2))
 
@@ -110,9 +111,10 @@ SECOND_ARGS = ["weight2", "output2", "bias2", "zeros2", "relu2"]
 def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig):
     from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
     fn, src = render(first, second, batch, cfg)
+    ks = first.N // cfg.bn1
     steps = [{"op": "launch", "function": fn, "grid": grid(first, batch, cfg), "block": [cfg.block_threads, 1, 1],
               "smem": smem_bytes(first, second, cfg), "args": CONV_ARGS + IN_ARGS + ZERO_ARGS + SECOND_ARGS,
-              "pdl": PDL, "cluster": first.N // cfg.bn1}]
+              "pdl": PDL, **({"cluster": ks} if ks > PORTABLE else {})}]
     return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
 
 

@@ -153,8 +153,15 @@ class Device:
         """Launch `name` on torch's current stream; args are (value, ctypes type) pairs. pdl: the kernel waits
         for its stream predecessor itself (griddepcontrol.wait, manifest "pdl"), so it is launched as a
         programmatic dependent where the GPU has them (sm_90+): its launch and prologue overlap the previous
-        kernel's tail, also inside a captured CUDA graph (a programmatic edge)."""
+        kernel's tail, also inside a captured CUDA graph (a programmatic edge). cluster: blocks a cluster along z
+        given at launch, where the kernel cannot compile its size in (above the portable 8: sm_90 allows 16 to a
+        function that asks for a non-portable size, asked here once); 0 for every other kernel."""
         key, fn = self.function(cubin, name)
+        if cluster > PORTABLE_CLUSTER and key not in self._large_clusters:
+            check(self.drv.cuFuncSetAttribute(
+                fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                f"allowing clusters of {cluster} blocks for '{name}'")
+            self._large_clusters.add(key)
         if smem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(key, 0) < smem:
             check(self.drv.cuFuncSetAttribute(
                 fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
@@ -166,12 +173,18 @@ class Device:
         gx, gy, gz = (list(grid) + [1, 1])[:3]
         bx, by, bz = (list(block) + [1, 1])[:3]
         what = f"launching '{name}' grid {list(grid)} block {list(block)} smem {smem}"
-        if pdl and self.pdl:
+        attrs = [self._pdl_attr] if pdl and self.pdl else []
+        if cluster > PORTABLE_CLUSTER:
+            attr = self.drv.CUlaunchAttribute()
+            attr.id = self.drv.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = 1, 1, cluster
+            attrs.append(attr)
+        if attrs:
             cfg = self.drv.CUlaunchConfig()
             cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
             cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
             cfg.sharedMemBytes, cfg.hStream = smem, stream
-            cfg.attrs, cfg.numAttrs = [self._pdl_attr], 1
+            cfg.attrs, cfg.numAttrs = attrs, len(attrs)
             check(self.drv.cuLaunchKernelEx(cfg, fn, ctypes.addressof(ptrs), 0), what)
         else:
             check(self.drv.cuLaunchKernel(fn, gx, gy, gz, bx, by, bz, smem, stream, ctypes.addressof(ptrs), 0),
