@@ -59,6 +59,7 @@ class Stages:
     render_selector: Callable[[], tuple[str, str]] | None = None  # device-side dispatch (runtime/graph.py)
     render_maxpool: Callable[..., tuple[str, str]] | None = None   # (precision="fp32") -> (name, source)
     dense: Any = None   # the dense FP32 kernel's module (codegen/dense.py): candidates, render; None: none offered
+    pair: Any = None    # two 1x1 convs in one launch (codegen/pair.py): candidates, render; None: none offered
 
 
 def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
@@ -66,13 +67,13 @@ def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
-    from . import dense
+    from . import dense, pair
     from .emit import render_epilogue, render_maxpool, render_selector, render_sparse
     from .gpu import load_gpu
     from .plan import estimate_resources, plan_network
     kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
     return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
-                  render_selector, render_maxpool, dense)
+                  render_selector, render_maxpool, dense, pair)
 
 
 def choice_candidates(choice) -> list:
@@ -240,6 +241,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
             raise RuntimeError(f"render_sparse named kernel {k.name!r}, expected {name!r} (KernelConfig.name)")
         emitted[name] = k
     dense_per_layer = _dense_candidates(stages, gpu, plans, wanted, emitted)
+    pairs = _pair_candidates(stages, gpu, net, plans, wanted, emitted)
     epi_name, epi_source = stages.render_epilogue()
     sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
     pool_name, pool_source = _maxpool_source(net, stages, bundle.DEFAULT_PRECISION)
@@ -260,7 +262,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     records = compiled.records
 
     # a dense kernel is one more candidate for calibrate to measure: one that spills is left out, not fatal
-    spilled = {n for n in emitted if n in dense_per_layer["names"] and problems(records[n])}
+    spilled = {n for n in emitted if (n in dense_per_layer["names"] or n in pairs["names"]) and problems(records[n])}
     for n in spilled:
         del emitted[n], wanted[n], records[n]
     # the register tile must stay in registers; launches must name functions the cubin has
@@ -279,7 +281,9 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         spec_file = bundle.write_spec(out_dir, spec_text)
         manifest = _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted,
                              records, placed, epi_name, stages, spec_file, sel_name, pool_name,
-                             {k: [c for c in v if c[0] in emitted] for k, v in dense_per_layer["layers"].items()})
+                             {k: [c for c in v if c[0] in emitted] for k, v in dense_per_layer["layers"].items()},
+                             {k: {**v, "kernels": [n for n in v["kernels"] if n in emitted]}
+                              for k, v in pairs["layers"].items()})
         if inputs is not None:
             manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
@@ -454,17 +458,54 @@ def code_digest() -> str:
     return h.hexdigest()
 
 
+def _pair_candidates(stages, gpu, net, plans, wanted, emitted) -> dict:
+    """The pair kernels (codegen/pair.py) for each of the network's conv pairs (spec.Network.conv_pairs) whose
+    shapes allow one, at the planned batches up to pair.MAX_BATCH, rendered into `wanted` / `emitted` (keyed by
+    both shapes): {"names": {kernel}, "layers": {(first layer index, batch): {"with": second, "kernels": [...]}}}."""
+    out = {"names": set(), "layers": {}}
+    pair = stages.pair
+    if pair is None:
+        return out
+    clusters = bool(getattr(gpu, "has_clusters", False))
+    planned = {lp.layer.index for plan in plans.values() for lp in plan.layers}
+    for a, b2 in net.conv_pairs:
+        if a.index not in planned or b2.index not in planned:
+            continue
+        for b in plans:
+            names = []
+            for cfg in pair.candidates(a.shape, b2.shape, b, clusters):
+                name = cfg.name(a.shape, b2.shape, b)
+                if name not in emitted:
+                    emitted[name] = pair.emitted(a.shape, b2.shape, b, cfg)
+                    wanted[name] = ((a.shape, b2.shape), b, cfg)
+                    out["names"].add(name)
+                names.append(name)
+            if names:
+                out["layers"][(a.index, b)] = {"with": b2.name, "kernels": names}
+    return out
+
+
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
               epi_name, stages, spec_file, sel_name: str | None = None, pool_name: str | None = None,
-              dense: dict | None = None) -> dict:
-    """dense: {(layer index, batch): [(kernel, predicted us)]}, the dense kernels offered beside each level's picks."""
+              dense: dict | None = None, pairs: dict | None = None) -> dict:
+    """dense: {(layer index, batch): [(kernel, predicted us)]}, the dense kernels offered beside each level's picks;
+    pairs: {(layer index, batch): {"with": the next conv, "kernels": [...]}}, the pair kernels (codegen/pair.py) a
+    layer and the conv after it may run as, recorded in the first layer's batch entry as "pair"."""
     kernels = {}
     dense = dense or {}
+    pairs = pairs or {}
     for name, k in emitted.items():
         shape, b, config = wanted[name]
-        regs, smem = (0, stages.dense.smem_bytes(config, shape)) if isinstance(config, DenseConfig) else \
-            stages.estimate_resources(shape, config)
-        kernels[name] = {**placed[name], "shape": shape_dict(shape), "batch": b,
+        second = None
+        if isinstance(shape, tuple):   # a pair kernel's (first, second) shapes
+            shape, second = shape
+            regs, smem = 0, stages.pair.smem_bytes(shape, second, config)
+        elif isinstance(config, DenseConfig):
+            regs, smem = 0, stages.dense.smem_bytes(config, shape)
+        else:
+            regs, smem = stages.estimate_resources(shape, config)
+        kernels[name] = {**placed[name], "shape": shape_dict(shape), **({"second": shape_dict(second)} if second else {}),
+                         "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,
                          "weight_layout": k.weight_layout, "epilogue": k.epilogue, **resources(records[name]),
                          "estimate": {"registers": int(regs), "smem": int(smem)}}
@@ -486,6 +527,8 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
                 if len(cands) > 1:  # the model's order; `snn-run calibrate` measures them all
                     lv[key]["candidates"] = [{"kernel": n, "predicted_us": round(float(t), 3)} for n, t in cands]
             per_batch[str(b)] = {"threshold": DEFAULT_THRESHOLD, "threshold_source": "default", "levels": lv}
+            if pairs.get((layer.index, b), {}).get("kernels"):
+                per_batch[str(b)]["pair"] = pairs[(layer.index, b)]
         layers.append({"index": layer.index, "name": layer.name, "shape": shape_dict(layer.shape),
                        "batches": per_batch})
 

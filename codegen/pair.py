@@ -22,8 +22,13 @@ TX = 16              # threads along N (4 channels each): both convs' tiles
 # 1024-channel x splits into 64-channel slices over 32-pixel tiles, with 16 KB of weights a block a chunk
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
-# (bm, bn1, threads, slices)
-TILES = ((32, 64, 128, 2), (32, 128, 128, 2), (16, 128, 128, 2), (16, 64, 128, 2))
+# batches the build offers it at: at batch 8 it took 1.3-2.9x the two dense kernels' time (docs/results/fusion/
+# h200/pair/): a block's tile then holds too few of the pixels for its weights' L2 traffic to pay
+MAX_BATCH = 1
+# the configs offered (bm, bn1, threads, slices, stages): the fastest three on ResNet-152's 14x14 and 28x28 pairs
+# at batch 1 of the 16 the probe measured (docs/results/fusion/pair_probe.py); the engine times them against the
+# two convs' own kernels at load and keeps the fastest (runtime/pairs.py)
+CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2))
 
 
 @dataclass(frozen=True, order=True)
@@ -92,10 +97,13 @@ def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
     return [math.ceil(batch * first.H * first.W / cfg.bm), 1, first.N // cfg.bn1]
 
 
-def candidates(first: ConvShape, second: ConvShape, batch: int) -> list[PairConfig]:
+def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True) -> list[PairConfig]:
+    """The configs of CANDIDATES that fit the pair, at batches up to MAX_BATCH on GPUs with clusters."""
+    if batch > MAX_BATCH or not clusters or not eligible(first, second):
+        return []
     out = []
-    for bm, bn1, threads, slices in TILES:
-        cfg = PairConfig(bm, bn1, threads, slices)
+    for bm, bn1, threads, slices, stages in CANDIDATES:
+        cfg = PairConfig(bm, bn1, threads, slices, stages)
         try:
             check(first, second, cfg)
         except ValueError:

@@ -180,6 +180,26 @@ class Network:
         src = self._by_name.get(bn.inputs[0])
         return not (src is not None and src.op == "conv" and self._readers.get(src.name) == [bn])
 
+    @cached_property
+    def conv_pairs(self) -> tuple[tuple[ConvLayer, ConvLayer], ...]:
+        """(a, b): conv b reads the ReLU of conv a's batchnorm, with a residual added in between or not, and reads
+        it first (a bottleneck's convs, a ResNet block's last conv and the next block's first): the pairs
+        codegen/pair.py can run in one launch where their shapes allow (two 1x1 convs)."""
+        by_name = {c.name: c for c in self.convs}
+        out = []
+        for b in self.convs:
+            relu = self._by_name.get(b.input)
+            if relu is None or relu.op != "relu" or self._readers.get(relu.name, [None])[0] is not self.node(b.name):
+                continue
+            v = self._by_name.get(relu.inputs[0])
+            if v is not None and v.op == "add":
+                v = self._by_name.get(v.inputs[0])
+            if v is not None and v.op == "batchnorm":
+                v = self._by_name.get(v.inputs[0])
+            if v is not None and v.op == "conv" and v.name in by_name:
+                out.append((by_name[v.name], b))
+        return tuple(out)
+
     @property
     def sparse_convs(self) -> tuple[ConvLayer, ...]:
         """The convs that get sparse kernels (ConvLayer.sparse)."""

@@ -282,59 +282,17 @@ class KernelRunner:
 
     def run_pair(self, kernel: EmittedKernel, x, w1, out1, w2, out2, epi, epi2, in_epi=None, zero=None) -> None:
         """A pair kernel (codegen/pair.py) on NHWC x, out1, out2 and CRSN w1, w2, through the executor's launch."""
-        entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": True}
         nchw = [t.permute(0, 3, 1, 2) for t in (x, out1, out2)]
-        self.backend.pair_conv(kernel.name, entry, nchw[0], w1, nchw[1], w2, nchw[2], epi, epi2, in_epi, zero)
+        self.backend.pair_conv(kernel.name, self._entry(kernel), nchw[0], w1, nchw[1], w2, nchw[2], epi, epi2,
+                               in_epi, zero)
+
+    def _entry(self, kernel: EmittedKernel) -> dict:
+        return {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": True}
 
     def check_pair(self, kernel: EmittedKernel, first: ConvShape, second: ConvShape, batch: int, sparsity: float,
                    gen, handoff: bool = True) -> dict:
-        """A pair kernel against float64: x = relu(conv1(input) + bias + residual), y = relu(conv2(x) + bias2), both
-        outputs poisoned with NaN first, each zero count exact (the zeros each output holds); handoff: the input is
-        a producer's raw sums and the kernel applies relu(v + shift[c]) while staging, counting those zeros once, and
-        clears the zero range it is given. Run twice on the same operands."""
-        from .executor import Epilogue
-        torch = self.torch
-        x = relu_input(torch, (batch, first.H, first.W, first.C), sparsity, gen)
-        in_epi, x_eff = None, x
-        if handoff:
-            x, in_epi, x_eff = handoff_input(torch, x, gen, False)
-        w1 = torch.randn((first.C, 1, 1, first.N), generator=gen, device="cuda") * first.C ** -0.5
-        w2 = torch.randn((second.C, 1, 1, second.N), generator=gen, device="cuda") * second.C ** -0.5
-        b1 = torch.randn(first.N, generator=gen, device="cuda")
-        b2 = torch.randn(second.N, generator=gen, device="cuda")
-        res = torch.randn((batch, first.H, first.W, first.N), generator=gen, device="cuda")
-        want1 = (conv_float64(torch, x_eff, w1, first) + b1.double() + res.double()).clamp_min(0)
-        want2 = (conv_float64(torch, want1, w2, second) + b2.double()).clamp_min(0)
-        z1, z2 = (torch.zeros(1, dtype=torch.int64, device="cuda") for _ in range(2))
-        epi, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z1, 0), Epilogue(b2, None, True, z2, 0)
-        zero = torch.empty(4096, device="cuda") if handoff else None
-        errs, counts, in_counts, cleared, nan = [], [], [], [], 0
-        for _ in range(2):
-            out1 = torch.full((batch, first.H, first.W, first.N), float("nan"), device="cuda")
-            out2 = torch.full((batch, second.H, second.W, second.N), float("nan"), device="cuda")
-            for t in (z1, z2):
-                t.zero_()
-            if in_epi is not None:
-                in_epi.counters.zero_()
-            if zero is not None:
-                zero.uniform_(1.0, 2.0, generator=gen)
-            self.run_pair(kernel, x, w1, out1, w2, out2, epi, epi2, in_epi, zero)
-            torch.cuda.synchronize()
-            nan += int(torch.isnan(out1).sum()) + int(torch.isnan(out2).sum())
-            for o, want in ((out1, want1), (out2, want2)):
-                scale = float(want.abs().max())
-                errs.append(float(((o.double() - want).abs() / (TOLERANCE * scale + TOLERANCE)).max()))
-            counts.append((int(z1.item()), int((out1 == 0).sum()), int(z2.item()), int((out2 == 0).sum())))
-            if in_epi is not None:
-                in_counts.append(int(in_epi.counters.item()))
-            if zero is not None:
-                cleared.append(not bool(zero.any()))
-        in_expected = int((x_eff == 0).sum())
-        ok = (nan == 0 and max(errs) <= 1.0 and all(a == b and c == d for a, b, c, d in counts) and all(cleared)
-              and in_counts == ([in_expected] * 2 if handoff else []))
-        return {"kernel": kernel.name, "batch": batch, "sparsity": round(sparsity, 3), "handoff": handoff,
-                "err_over_allowed": max(errs), "nan": nan, "zeros": counts, "in_zeros": in_counts,
-                "in_zeros_expected": in_expected if handoff else None, "zero_range_cleared": cleared, "ok": ok}
+        """check_pair (below) of a rendered pair kernel, compiled here."""
+        return check_pair(self.backend, kernel.name, self._entry(kernel), first, second, batch, sparsity, gen, handoff)
 
     def check_epilogue(self, seed: int = 2, precision: str = "fp32") -> list[dict]:
         """The epilogue kernel of `precision` through the executor's launch: values against float64 on the same
@@ -379,3 +337,56 @@ class KernelRunner:
                          "zeros": int(zeros.item()), "zeros_expected": nz, "zero_range": zeroed,
                          "ok": ok_err and int(zeros.item()) == nz and (not relu or nz > 0) and zeroed})
         return rows
+
+
+def check_pair(backend, name: str, kentry: dict, first: ConvShape, second: ConvShape, batch: int, sparsity: float,
+               gen, handoff: bool = True) -> dict:
+    """A pair kernel (a manifest entry: cubin, steps) on `backend` (kernels.CudaBackend) against float64:
+    x = relu(conv1(input) + bias + residual), y = relu(conv2(x) + bias2), both outputs poisoned with NaN first, each
+    zero count exact (the zeros each output holds); handoff: the input is a producer's raw sums and the kernel
+    applies relu(v + shift[c]) while staging, counting those zeros once, and clears the zero range it is given. Run
+    twice on the same operands."""
+    from .executor import Epilogue
+    torch = backend.torch
+    x = relu_input(torch, (batch, first.H, first.W, first.C), sparsity, gen)
+    in_epi, x_eff = None, x
+    if handoff:
+        x, in_epi, x_eff = handoff_input(torch, x, gen, False)
+    w1 = torch.randn((first.C, 1, 1, first.N), generator=gen, device="cuda") * first.C ** -0.5
+    w2 = torch.randn((second.C, 1, 1, second.N), generator=gen, device="cuda") * second.C ** -0.5
+    b1 = torch.randn(first.N, generator=gen, device="cuda")
+    b2 = torch.randn(second.N, generator=gen, device="cuda")
+    res = torch.randn((batch, first.H, first.W, first.N), generator=gen, device="cuda")
+    want1 = (conv_float64(torch, x_eff, w1, first) + b1.double() + res.double()).clamp_min(0)
+    want2 = (conv_float64(torch, want1, w2, second) + b2.double()).clamp_min(0)
+    z1, z2 = (torch.zeros(1, dtype=torch.int64, device="cuda") for _ in range(2))
+    epi, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z1, 0), Epilogue(b2, None, True, z2, 0)
+    zero = torch.empty(4096, device="cuda") if handoff else None
+    errs, counts, in_counts, cleared, nan = [], [], [], [], 0
+    for _ in range(2):
+        out1 = torch.full((batch, first.H, first.W, first.N), float("nan"), device="cuda")
+        out2 = torch.full((batch, second.H, second.W, second.N), float("nan"), device="cuda")
+        for t in (z1, z2):
+            t.zero_()
+        if in_epi is not None:
+            in_epi.counters.zero_()
+        if zero is not None:
+            zero.uniform_(1.0, 2.0, generator=gen)
+        backend.pair_conv(name, kentry, x.permute(0, 3, 1, 2), w1, out1.permute(0, 3, 1, 2), w2,
+                          out2.permute(0, 3, 1, 2), epi, epi2, in_epi, zero)
+        torch.cuda.synchronize()
+        nan += int(torch.isnan(out1).sum()) + int(torch.isnan(out2).sum())
+        for o, want in ((out1, want1), (out2, want2)):
+            scale = float(want.abs().max())
+            errs.append(float(((o.double() - want).abs() / (TOLERANCE * scale + TOLERANCE)).max()))
+        counts.append((int(z1.item()), int((out1 == 0).sum()), int(z2.item()), int((out2 == 0).sum())))
+        if in_epi is not None:
+            in_counts.append(int(in_epi.counters.item()))
+        if zero is not None:
+            cleared.append(not bool(zero.any()))
+    in_expected = int((x_eff == 0).sum())
+    ok = (nan == 0 and max(errs) <= 1.0 and all(a == b and c == d for a, b, c, d in counts) and all(cleared)
+          and in_counts == ([in_expected] * 2 if handoff else []))
+    return {"kernel": name, "batch": batch, "sparsity": round(sparsity, 3), "handoff": handoff,
+            "err_over_allowed": max(errs), "nan": nan, "zeros": counts, "in_zeros": in_counts,
+            "in_zeros_expected": in_expected if handoff else None, "zero_range_cleared": cleared, "ok": ok}

@@ -30,6 +30,8 @@ Executor, and no others:
                                      graph allocates nothing
     sparse_conv(op, kernel, inp, out, epi, in_epi, into, zero, zeroed)  launch `kernel` for the conv `op` into
                                      `out`, epilogue included, or hand it to the next conv (runtime/handoff.py)
+    pair_conv(op, second, kernel, inp, out, out2, epi, epi2, in_epi, zero)  two 1x1 convs in one launch
+                                     (runtime/pairs.py)
     stores_slice(kernel, epi, out)   whether that launch can write a concat buffer's channel slice as `out`
     dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
@@ -145,18 +147,7 @@ class TorchBackend:
         if into is not None and not uses_accumulator(kentry):
             raise RunError(f"kernel '{name}' stores its own epilogue: it cannot leave it to its consumer")
         w = from_layout(weight, kentry.get("weight_layout", "NCRS"))
-        x = inp
-        if in_epi is not None:  # the producer's epilogue on its raw sums (or a batchnorm's), its zeros counted
-            c = x.shape[1]
-            x = (x + in_epi.shift.view(1, c, 1, 1) if in_epi.scale is None
-                 else self.torch.addcmul(in_epi.shift.view(1, c, 1, 1), x, in_epi.scale.view(1, c, 1, 1)))
-            if in_epi.residual is not None:
-                x = x + in_epi.residual
-            x = x.relu()
-            if in_epi.counters is not None:
-                in_epi.counters[in_epi.slot] += (x == 0).sum()
-            if in_epi.out is not None:
-                in_epi.out.copy_(x)
+        x = self._staged(inp, in_epi)
         if self.compute_dtype is not None:
             x, w = x.to(self.compute_dtype), w.to(self.compute_dtype)
         y = F.conv2d(x, w, None, shape.stride, shape.padding)
@@ -175,6 +166,37 @@ class TorchBackend:
         if epi is not None:
             self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
         return cleared
+
+    def _staged(self, x, in_epi):
+        """x as a kernel stages it: with the producer's epilogue on its raw sums (or a batchnorm's), zeros counted."""
+        if in_epi is None:
+            return x
+        c = x.shape[1]
+        x = (x + in_epi.shift.view(1, c, 1, 1) if in_epi.scale is None
+             else self.torch.addcmul(in_epi.shift.view(1, c, 1, 1), x, in_epi.scale.view(1, c, 1, 1)))
+        if in_epi.residual is not None:
+            x = x + in_epi.residual
+        x = x.relu()
+        if in_epi.counters is not None:
+            in_epi.counters[in_epi.slot] += (x == 0).sum()
+        if in_epi.out is not None:
+            in_epi.out.copy_(x)
+        return x
+
+    def pair_conv(self, name, kentry, inp, weight, out, weight2, out2, epi, epi2, in_epi=None, zero=None) -> bool:
+        """The emulation of a pair kernel (runtime/pairs.py): the first 1x1 conv with its epilogue into out, then
+        the second on out with its own into out2; the zero range cleared."""
+        F = self.torch.nn.functional
+        if [a for s in kentry["steps"] for a in s.get("args", []) if a in ("weight2", "output2")] != ["weight2", "output2"]:
+            raise RunError(f"kernel '{name}' is no pair kernel")
+        out.copy_(F.conv2d(self._staged(inp, in_epi), from_layout(weight, "CRSN")))
+        self.epilogue(out, None, epi.bias, epi.residual, out, epi.counters, epi.slot, epi.relu)
+        out2.copy_(F.conv2d(out, from_layout(weight2, "CRSN")))
+        self.epilogue(out2, None, epi2.bias, None, out2, epi2.counters, epi2.slot, epi2.relu)
+        self.sparse_calls.append(name)
+        if zero is not None:
+            zero.zero_()
+        return zero is not None
 
     def prepare_bias(self, channels):
         """Nothing to make ahead: this backend allocates as it goes (no CUDA graph records it)."""
@@ -290,6 +312,16 @@ class Executor:
         w = self._weight_in(op.name, kentry.get("weight_layout", "NCRS"))
         return self.backend.sparse_conv(kernel, kentry, inp, w, out, self._workspace(kernel, kentry),
                                         self.convs[op.name].shape, epi, in_epi, into, zero, zeroed)
+
+    def pair_conv(self, op: Op, second: Op, kernel: str, inp, out, out2, epi: Epilogue, epi2: Epilogue,
+                  in_epi: InputEpilogue | None = None, zero=None) -> bool:
+        """The pair kernel `kernel` (codegen/pair.py) for the 1x1 convs `op` and `second`, which reads op's value:
+        NHWC `inp` -> `out` (op's epilogue applied, in_epi its producer's while staging) -> `out2` (second's
+        epilogue, no residual); zero: a range of the graph's sums buffer it clears (True then). runtime/pairs.py."""
+        w = self._weight_in(op.name, "CRSN")
+        w2 = self._weight_in(second.name, "CRSN")
+        return self.backend.pair_conv(kernel, self.cache.kernel(kernel), inp, w, out, w2, out2, epi, epi2, in_epi,
+                                      zero)
 
     def stores_slice(self, kernel: str, epi: Epilogue, out=None) -> bool:
         """Whether `kernel` with this epilogue writes a concat buffer's channel slice (`out`, where given) itself

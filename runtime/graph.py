@@ -38,7 +38,7 @@ import sys
 import weakref
 from dataclasses import dataclass
 
-from . import dispatch, handoff
+from . import dispatch, handoff, pairs
 from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
@@ -197,6 +197,7 @@ class _Layer:
     numel: int             # elements of the conv input (whole batch)
     table: dispatch.SelectorTable
     fixed: int | None = None  # the branch, when the table takes the same one at every sparsity
+    kernel: str | None = None  # the kernel that ran it, where not the branch's own (a pair kernel: runtime/pairs.py)
 
 
 class Capture:
@@ -228,11 +229,15 @@ class Capture:
         self._pending: dict[str, InputEpilogue] = {}
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
         self.sums = None
+        self.pairs: dict[str, tuple[str, str]] = {}   # first conv -> (second conv, the pair kernel: pairs.py)
+        self._paired: dict[str, object] = {}            # second conv -> its value, made by its pair's launch
+        self._pair_kernel: dict[str, str] = {}
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
         self._split_at = split_before(len(ex.convs))
         self._prepare()
         self._plan_handoffs()
+        self._plan_pairs()
 
     def _plan_handoffs(self):
         """Which splits hand their epilogue to the conv that reads them (runtime/handoff.py), and the buffer for
@@ -249,6 +254,26 @@ class Capture:
             sizes = [self.batch * s.N * s.P * s.Q for s in (ex.convs[p].shape for p in self.handoffs)]
             capacity, batch_clear = handoff.Sums.capacity(sizes)
             self.sums = handoff.Sums(self.torch, capacity, ex.device, batch_clear)
+
+    def _plan_pairs(self):
+        """Which conv pairs run as one launch (runtime/pairs.py), each kept only where it measured faster than the
+        two convs' own kernels (timed now, before the capture; once per distinct pair for the runner)."""
+        ex = self.ex
+        if not pairs.enabled() or not self.tables or not hasattr(ex.backend, "pair_conv"):
+            return
+        fixed = {name: t.kernel(b) for name, t in self.tables.items() if (b := t.constant_branch()) is not None}
+        offered = {name: e["pair"] for name in fixed
+                   if (e := ex.cache.layer_entry(name, self.batch)) is not None and e.get("pair")}
+        if not offered:
+            return
+        planned = pairs.plan(ex.ops, ex.program.output, {n: ex.cache.kernel(k) for n, k in fixed.items()}, offered,
+                             self.handoffs)
+        handed = set(self.handoffs.values())
+        for first, (second, kernels) in planned.items():
+            k = self.runner.pair_timings.choose(first, second, kernels, fixed[first], fixed[second], self.batch,
+                                                first in handed)
+            if k is not None:
+                self.pairs[first] = (second, k)
 
     def _prepare(self):
         """Everything that loads a module or allocates outside the graph's memory happens now."""
@@ -303,6 +328,12 @@ class Capture:
             return ex.dense_conv(op, inp, epi)
         cl = torch.channels_last
         fixed = table.constant_branch()
+        if op.name in self._paired:   # made by its pair's launch (runtime/pairs.py): nothing to record
+            value = self._paired.pop(op.name)
+            self.layers.append(_Layer(conv, ex.slots[op.inputs[0]], inp.numel(), table, fixed,
+                                      self._pair_kernel.pop(op.name)))
+            trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
+            return value
         # its producer's epilogue (or a pre-activation), applied while staging: only a fixed layer gets one
         in_epi = self._pending.pop(op.name, None) if fixed is not None else None
         # the producer's raw sums (its value may be stored here), or the batchnorm's input where it lies
@@ -325,7 +356,20 @@ class Capture:
             spans = self.sums.dirty() if self.sums is not None else []
             span = spans[0] if spans else None
             zero = self.sums.buf[span[0]:span[1]] if span else None
-            if region is not None:
+            pair = self.pairs.get(op.name)
+            if pair is not None and (region is not None or target is not None or (in_epi is not None and (
+                    in_epi.residual is not None or in_epi.out is not None or in_epi.scale is not None))):
+                pair = None            # not as the pair kernel takes it: each conv on its own kernel
+            if pair is not None:       # this conv and the next, which reads its value, in one launch
+                second, pk = pair
+                sop, s2 = ex.conv_op(second), ex.convs[second].shape
+                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                value2 = torch.empty(B, s2.N, s2.P, s2.Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                cleared = ex.pair_conv(op, sop, pk, inp, value, value2, epi, ex.epilogue_of(sop, {}, counters),
+                                       in_epi, zero)
+                self._paired[second], self._pair_kernel[second] = value2, pk
+                self.layers[-1].kernel = pk
+            elif region is not None:
                 y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
                 cleared = ex.sparse_conv(op, kernel, inp, y, epi, in_epi, into=y, zero=zero)
                 # where later ops read the value, the consumer stores it here as it stages it
@@ -369,6 +413,7 @@ class Capture:
     def finish(self):
         """The end of the captured pass: the clears of the sums regions joined (every replay starts from zeros)."""
         assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
+        assert not self._paired, f"pair kernels' second convs never reached: {sorted(self._paired)}"
         if self.sums is not None and self.sums.dirty():
             self._clear()
         if self._cleared:
@@ -426,7 +471,7 @@ class Capture:
         for i, lay in enumerate(self.layers):
             b = choice[i] if lay.fixed is None else lay.fixed
             by_name[lay.conv.name] = LayerTrace(lay.conv.index, lay.conv.name, counters[lay.slot] / lay.numel,
-                                                "sparse" if b else "dense", lay.table.kernel(b), None)
+                                                "sparse" if b else "dense", lay.kernel or lay.table.kernel(b), None)
         return [by_name.get(t.name, t) for t in captured]
 
 
@@ -481,6 +526,7 @@ class GraphRunner:
         torch = self.torch = import_torch()
         self.executor, self.device = executor, device
         self.captures = 0
+        self.pair_timings = pairs.Timings(executor)   # pair kernels against their convs' own (runtime/pairs.py)
         self._graphs: dict[tuple, _Graph] = {}
         self.dense_layers: set[str] = set()  # layers whose dense body a SWITCH cannot hold: plain cuDNN nodes
         self.notes: list[str] = []

@@ -233,6 +233,9 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
             for k in entry.get("tensorcore", []):
                 if k not in data["kernels"]:
                     raise stale(f"layer '{name}' batch {b}: tensor-core kernel {k!r} is not in 'kernels'")
+            for k in (entry.get("pair") or {}).get("kernels", []):
+                if k not in data["kernels"]:
+                    raise stale(f"layer '{name}' batch {b}: pair kernel {k!r} is not in 'kernels'")
             if "threshold" in entry and not isinstance(entry["threshold"], (int, float)):
                 raise stale(f"layer '{name}' batch {b}: threshold {entry['threshold']!r} is not a number")
         layers[name] = layer
@@ -259,6 +262,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
     used = {c["kernel"] for e in entries for c in e.get("levels", {}).values()}
     used |= {c["kernel"] for e in entries for lv in e.get("levels", {}).values() for c in lv.get("candidates", [])}
     used |= {k for e in entries for k in e.get("tensorcore", [])}
+    used |= {k for e in entries for k in (e.get("pair") or {}).get("kernels", [])}
     problems = bundle_format.verify(path.parent, data, used)
     if problems:
         raise stale(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

@@ -3,7 +3,8 @@ $SNN_GENERATED) against torch conv2d in float64: ReLU-like random inputs at spar
 poisoned with NaN first, relative error < 1e-5; a kernel that fuses its epilogue with it (bias, residual,
 ReLU, and its zero count exact), every other kernel that takes a producer's epilogue (emit.IN_ARGS) on raw
 sums with it and every other one that takes a pre-activation (emit.IN_BN_ARGS) on a batchnorm's input read in
-place from a wider buffer (its count of the staged zeros exact), run twice on one workspace. Skips where no bundle was built (`snn-codegen build ...` first).
+place from a wider buffer (its count of the staged zeros exact), run twice on one workspace; a pair kernel
+(codegen/pair.py) as runtime.check.check_pair checks it. Skips where no bundle was built (`snn-codegen build ...` first).
 
 With SNN_RESULTS=DIR it writes DIR/kernel_check_<network>.json (every kernel's error and sparsity).
 """
@@ -19,7 +20,8 @@ if not torch.cuda.is_available():
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from snn.codegen import bundle  # noqa: E402
-from snn.runtime.check import handoff_input, preact_input, preact_pitch  # noqa: E402
+from snn.codegen.spec import ConvShape  # noqa: E402
+from snn.runtime.check import check_pair, handoff_input, preact_input, preact_pitch  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue  # noqa: E402
 from snn.runtime.kernels import (CudaBackend, takes_input_bn, takes_input_epilogue, takes_input_residual,  # noqa: E402
@@ -67,6 +69,13 @@ def test_every_kernel_matches_float64(path):
     for i, (name, k) in enumerate(sorted(doc["kernels"].items())):
         s, b = k["shape"], k["batch"]
         sparsity = 0.4 + 0.55 * torch.rand((), generator=gen, device="cuda").item()
+        if "second" in k:   # two 1x1 convs in one launch (codegen/pair.py): both outputs, alternately on raw sums
+            first, second = (ConvShape(d["C"], d["N"], d["H"], d["W"], 1, 1, (1, 1), (0, 0)) for d in (s, k["second"]))
+            r = check_pair(backend, name, k, first, second, b, sparsity, gen, handoff=bool(i % 2))
+            assert r["ok"], r
+            results.append({"kernel": name, "batch": b, "sparsity": round(sparsity, 3), "epilogue": "pair",
+                            "err_over_allowed": r["err_over_allowed"]})
+            continue
         x64 = relu_like((b, s["C"], s["H"], s["W"]), sparsity, gen)
         w64 = torch.randn((s["N"], s["C"], s["R"], s["S"]), generator=gen, dtype=torch.float64, device="cuda")
         x32 = x64.float().permute(0, 2, 3, 1).contiguous()          # NHWC

@@ -11,7 +11,8 @@
 - the host's part: replay() from an idle GPU, how long until it returns and until the GPU is done (median of 30);
 - rel_err of the graph's logits against the spec interpreted in float64 on the CPU, same weights and images,
   and the worst of 20 more replays (output poisoned before each).
-SNN_PDL=0 in the environment: plain launches instead of programmatic ones (runtime/cuda.py).
+SNN_PDL=0 in the environment: plain launches instead of programmatic ones (runtime/cuda.py); SNN_PAIRS=0: no pair
+kernels (runtime/pairs.py; the pairs' load-time timings are in the JSON's pairs_timed).
 Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the network's trained-like profile.
 """
 import json
@@ -79,7 +80,8 @@ doc = {"network": net.name, "batch": batch, "profile": profile.name, "convs": le
        "sparse_layers": sum(1 for t in trace if t.path == "sparse"), "replay_ms": round(replay_ms, 4),
        "rel_err_vs_fp64": rel_err, "rel_err_worst_of_20": worst, "iters": iters, "activities": acts,
        "timeline": timeline, "replay_launch_ms": round(launch_ms, 4), "replay_call_ms": round(call_ms, 4),
-       "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace}}
+       "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace},
+       "conv_kernels": {t.name: t.kernel for t in trace}, "pairs_timed": runner.pair_timings.measured}
 with open(out_path, "w") as f:
     json.dump(doc, f)
 print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {sum(a[1] for a in acts) / iters:.0f} activities a replay for "

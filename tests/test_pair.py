@@ -1,0 +1,202 @@
+"""Two 1x1 convs in one launch: the kernel's configs and rendering (codegen/pair.py), the pairs a network has
+(spec.Network.conv_pairs), the build offering them, and a captured pass that runs them (runtime/pairs.py, with the
+TorchBackend's emulation; the kernel itself is checked against float64 on the GPU, tests/gpu/test_kernels.py)."""
+import re
+from pathlib import Path
+
+import pytest
+
+from snn.codegen import pair
+from snn.codegen.dense import SMEM_LIMIT
+from snn.codegen.emit import CONV_ARGS, IN_ARGS, ZERO_ARGS
+from snn.codegen.spec import ConvShape, load_spec, parse_spec
+
+from test_precision import needs_nvcc
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_by_one(c, n, hw):
+    return ConvShape(c, n, hw, hw, 1, 1, (1, 1), (0, 0))
+
+
+L3 = (one_by_one(256, 1024, 14), one_by_one(1024, 256, 14))     # ResNet-152's 14x14 block boundary
+L1 = (one_by_one(64, 256, 56), one_by_one(256, 64, 56))
+
+
+def test_pairs_need_two_stride_one_1x1_convs_the_second_reading_the_first():
+    assert pair.eligible(*L3) and pair.eligible(*L1)
+    assert not pair.eligible(L3[0], one_by_one(512, 256, 14))                  # the second reads another width
+    assert not pair.eligible(ConvShape(256, 1024, 14, 14, 3, 3, (1, 1), (1, 1)), L3[1])   # a 3x3
+    assert not pair.eligible(L3[0], ConvShape(1024, 256, 14, 14, 1, 1, (2, 2), (0, 0)))   # stride 2
+    assert not pair.eligible(L3[0], one_by_one(1024, 96, 14))                  # N2 not whole float4 runs of 16 threads
+    with pytest.raises(ValueError, match="2..16 blocks of 32"):
+        pair.render(*L3, 1, pair.PairConfig(16, 32))                           # 32 blocks a cluster
+    with pytest.raises(ValueError, match="shared memory"):
+        pair.render(*L3, 1, pair.PairConfig(64, 128))
+
+
+def test_candidates_at_batch_one_on_gpus_with_clusters():
+    cands = pair.candidates(*L3, 1)
+    assert cands and all(c.stages == 2 for c in cands)
+    assert {c.tag() for c in cands} <= {pair.PairConfig(*t).tag() for t in pair.CANDIDATES}
+    assert pair.candidates(*L3, 2) == [] and pair.candidates(*L3, 1, clusters=False) == []
+    for c in cands:
+        assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
+
+
+def test_render_a_portable_cluster_compiled_in_and_a_larger_one_given_at_launch():
+    big = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2))   # 1024 / 64: 16 blocks a cluster
+    small = pair.emitted(*L3, 1, pair.PairConfig(16, 128, 128, 2))   # 8
+    for k in (big, small):
+        step = k.steps[0]
+        assert step["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + pair.SECOND_ARGS and step["pdl"] and k.epilogue
+        assert f"#define C1 256\n#define N1 1024\n#define N2 256\n#define M 196\n" in k.source
+    assert big.steps[0]["cluster"] == 16 and big.steps[0]["grid"] == [7, 1, 16] and "__cluster_dims__" not in big.source
+    assert "cluster" not in small.steps[0] and small.steps[0]["grid"] == [13, 1, 8]
+    assert "__cluster_dims__(1, 1, 8)" in small.source
+    assert big.name == "dpair_r1s1_str1_pad0_c256n1024_h14w14_n256_m32n64t128s1p2_b1"
+    assert big.steps[0]["block"] == [128, 1, 1] and small.steps[0]["block"] == [256, 1, 1]
+
+
+def test_resnet_pairs_are_each_blocks_last_conv_and_the_next_blocks_first():
+    net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
+    assert len(net.conv_pairs) == 47   # 16 blocks: conv1 -> conv2 -> conv3 in each, then the next block's conv1
+    pairs = [(a.name, b.name) for a, b in net.conv_pairs if pair.eligible(a.shape, b.shape)]
+    assert len(pairs) == 15
+    for a, b in pairs:
+        la, ia = re.match(r"layer(\d)\.(\d+)\.conv3", a).groups()
+        lb, ib = re.match(r"layer(\d)\.(\d+)\.conv1", b).groups()
+        assert (lb, ib) in ((la, str(int(ia) + 1)), (str(int(la) + 1), "0"))
+    dn = load_spec(ROOT / "network_specs" / "densenet121.yaml")   # conv1 -> conv2 (3x3) only: no pair kernel
+    assert dn.conv_pairs and not any(pair.eligible(a.shape, b.shape) for a, b in dn.conv_pairs)
+
+
+@needs_nvcc
+def test_build_offers_pair_kernels_in_the_first_layers_entry(tmp_path, monkeypatch):
+    from snn.codegen import build as build_mod
+    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
+    spec = tmp_path / "pairs.yaml"
+    spec.write_text(BLOCKS)
+    net = load_spec(spec)
+    assert [(a.name, b.name) for a, b in net.conv_pairs if pair.eligible(a.shape, b.shape)] == [("a.conv3", "b.conv1")]
+    r = build_mod.build_spec(str(spec), "h100", [1, 2], out=tmp_path / "gen", levels="0.5")
+    m = r.manifest
+    layers = {lay["name"]: lay for lay in m["layers"]}
+    offered = layers["a.conv3"]["batches"]["1"]["pair"]
+    first, second = net.convs[3].shape, net.convs[4].shape
+    assert offered == {"with": "b.conv1", "kernels": [c.name(first, second, 1) for c in pair.candidates(first, second, 1)]}
+    assert "pair" not in layers["a.conv3"]["batches"]["2"] and "pair" not in layers["b.conv1"]["batches"]["1"]
+    for name in offered["kernels"]:
+        k = m["kernels"][name]
+        assert k["config"]["family"] == "pair" and k["second"]["N"] == 64 and k["epilogue"] and k["cubin"]
+    from snn.runtime import manifest
+    from test_runtime_cpu import H100_CC
+    cache = manifest.load(r.manifest_path, net, str(spec), 1, H100_CC)   # the loader accepts what the build wrote
+    assert cache.layer_entry("a.conv3", 1)["pair"] == offered
+
+
+# two bottleneck blocks at 8x8: a.conv3 -> b.conv1 is a pair (1x1 64 -> 256 -> 64)
+BLOCKS = """
+name: blocks
+input: {name: image, shape: [3, 8, 8]}
+nodes:
+  - {name: stem, op: conv, input: image, in_channels: 3, out_channels: 256, kernel: 3, padding: 1, param: stem}
+  - {name: stem.bn, op: batchnorm, input: stem, channels: 256, param: stem.bn}
+  - {name: stem.relu, op: relu, input: stem.bn}
+""" + "".join(f"""  - {{name: {b}.conv1, op: conv, input: {src}, in_channels: 256, out_channels: 64, kernel: 1, param: {b}.conv1}}
+  - {{name: {b}.bn1, op: batchnorm, input: {b}.conv1, channels: 64, param: {b}.bn1}}
+  - {{name: {b}.relu1, op: relu, input: {b}.bn1}}
+  - {{name: {b}.conv2, op: conv, input: {b}.relu1, in_channels: 64, out_channels: 64, kernel: 3, padding: 1, param: {b}.conv2}}
+  - {{name: {b}.bn2, op: batchnorm, input: {b}.conv2, channels: 64, param: {b}.bn2}}
+  - {{name: {b}.relu2, op: relu, input: {b}.bn2}}
+  - {{name: {b}.conv3, op: conv, input: {b}.relu2, in_channels: 64, out_channels: 256, kernel: 1, param: {b}.conv3}}
+  - {{name: {b}.bn3, op: batchnorm, input: {b}.conv3, channels: 256, param: {b}.bn3}}
+  - {{name: {b}.add, op: add, inputs: [{b}.bn3, {src}]}}
+  - {{name: {b}.relu3, op: relu, input: {b}.add}}
+""" for b, src in (("a", "stem.relu"), ("b", "a.relu3"))) + """  - {name: gap, op: global_avgpool, input: b.relu3}
+  - {name: flat, op: flatten, input: gap}
+  - {name: fc, op: linear, input: flat, in_features: 256, out_features: 5, param: fc}
+"""
+
+
+def _static_cache(net, batch, pair_kernels=True, split_3x3=False):
+    """Every layer static on one fused kernel (one launch, its epilogue in it: "epilogue", no accumulator), taking its
+    producer's epilogue; split_3x3: the 3x3 convs add into the accumulator instead (their epilogue handed to conv3);
+    with pair_kernels, a.conv3's entry offers a pair kernel with b.conv1."""
+    from snn.runtime import manifest
+    kernels, layers = {}, {}
+    for c in net.convs:
+        name = f"k_{c.name}"
+        split = split_3x3 and c.shape.R == 3
+        kernels[name] = {"cubin": "/fake.cubin", "weight_layout": "CRSN", "workspace": {}, "epilogue": not split,
+                         "steps": [{"op": "launch", "function": "f", "grid": [1, 1, 1], "block": [32, 1, 1], "smem": 0,
+                                    "args": ["input", "weight", "accumulator" if split else "output", "bias",
+                                             "residual", "zeros", "relu", "in_shift", "in_zeros", "zero",
+                                             "zero_total"]}]}
+        entry = {"threshold": 0.4, "levels": {"0.40": {"kernel": name}}, "static_kernel": name}
+        layers[c.name] = {"name": c.name, "batches": {str(batch): entry}}
+    if pair_kernels:
+        kernels["p_ab"] = {"cubin": "/fake.cubin", "weight_layout": "CRSN", "workspace": {}, "epilogue": True,
+                           "steps": [{"op": "launch", "function": "p", "grid": [1, 1, 1], "block": [32, 1, 1],
+                                      "smem": 0, "args": CONV_ARGS + IN_ARGS + ZERO_ARGS + pair.SECOND_ARGS}]}
+        layers["a.conv3"]["batches"][str(batch)]["pair"] = {"with": "b.conv1", "kernels": ["p_ab"]}
+    data = {"batches": [batch], "kernels": kernels, "layers": list(layers.values()), "epilogue": {}}
+    return manifest.Cache(Path("fake/manifest.json"), data, "blocks.yaml", "fake", layers)
+
+
+class _Timings:
+    """runtime/pairs.Timings' choice without a GPU: the first pair kernel, or none."""
+
+    def __init__(self, take=True):
+        self.take, self.asked = take, []
+
+    def choose(self, first, second, kernels, ka, kb, batch, handed):
+        self.asked.append((first, second, ka, kb, handed))
+        return kernels[0] if self.take else None
+
+
+@pytest.mark.parametrize("split_3x3", [False, True])
+def test_a_captured_pass_runs_the_pair_in_one_launch(split_3x3, monkeypatch):
+    """a.conv3 and b.conv1 as one launch of the pair kernel where it measured faster (and with the 3x3 before it
+    handing its epilogue to the pair: split_3x3); logits as the reference's, every conv's input sparsity as the
+    eager pass counts it; not where it measured slower, nor with SNN_PAIRS=0."""
+    torch = pytest.importorskip("torch")
+    from snn.runtime import executor, weights
+    from test_graph_torch import CpuCapture, Runner
+    from test_runtime_torch import rel_err
+    net = parse_spec(BLOCKS, "blocks.yaml")
+    sd = weights.random_init(net, seed=7)
+    x = torch.randn(1, 3, 8, 8)
+    ref = executor.reference(net, sd, x.double())
+    eager = executor.Executor(net, sd, executor.TorchBackend(), _static_cache(net, 1, split_3x3=split_3x3),
+                              device="cpu", force="auto")
+    eager.forward(x)
+    counted = {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
+
+    def capture(take=True):
+        be = executor.TorchBackend()
+        ex = executor.Executor(net, sd, be, _static_cache(net, 1, split_3x3=split_3x3), device="cpu", force="auto")
+        runner = Runner(ex)
+        runner.pair_timings = _Timings(take)
+        cap = CpuCapture(runner, 1)
+        cap.bodies = []
+        y = ex.forward(x, capture=cap)
+        cap.finish()
+        return ex, cap, be, runner, y
+
+    ex, cap, be, runner, y = capture()
+    assert runner.pair_timings.asked == [("a.conv3", "b.conv1", "k_a.conv3", "k_b.conv1", split_3x3)]
+    assert cap.pairs == {"a.conv3": ("b.conv1", "p_ab")}
+    assert be.sparse_calls.count("p_ab") == 1 and "k_a.conv3" not in be.sparse_calls and "k_b.conv1" not in be.sparse_calls
+    assert rel_err(y, ref) < 1e-5
+    trace = {t.name: t for t in cap.trace(ex.last_trace)}
+    assert trace["a.conv3"].kernel == trace["b.conv1"].kernel == "p_ab"
+    assert {n: t.sparsity for n, t in trace.items() if t.sparsity is not None} == pytest.approx(counted)
+    if split_3x3:
+        assert cap.handoffs["a.conv2"] == "a.conv3" and not bool(cap.sums.buf.any())
+    ex, cap, be, _, y = capture(take=False)
+    assert cap.pairs == {} and "p_ab" not in be.sparse_calls and rel_err(y, ref) < 1e-5
+    monkeypatch.setenv("SNN_PAIRS", "0")
+    ex, cap, be, runner, y = capture()
+    assert runner.pair_timings.asked == [] and "p_ab" not in be.sparse_calls and rel_err(y, ref) < 1e-5
