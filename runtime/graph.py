@@ -259,7 +259,8 @@ class Capture:
         """Which conv pairs run as one launch (runtime/pairs.py), each kept only where it measured faster than the
         two convs' own kernels (timed now, before the capture; once per distinct pair for the runner)."""
         ex = self.ex
-        if not pairs.enabled() or not self.tables or not hasattr(ex.backend, "pair_conv"):
+        timings = getattr(self.runner, "pair_timings", None)
+        if timings is None or not pairs.enabled() or not self.tables or not hasattr(ex.backend, "pair_conv"):
             return
         fixed = {name: t.kernel(b) for name, t in self.tables.items() if (b := t.constant_branch()) is not None}
         offered = {name: e["pair"] for name in fixed
@@ -270,8 +271,7 @@ class Capture:
                              self.handoffs)
         handed = set(self.handoffs.values())
         for first, (second, kernels) in planned.items():
-            k = self.runner.pair_timings.choose(first, second, kernels, fixed[first], fixed[second], self.batch,
-                                                first in handed)
+            k = timings.choose(first, second, kernels, fixed[first], fixed[second], self.batch, first in handed)
             if k is not None:
                 self.pairs[first] = (second, k)
 
@@ -520,13 +520,15 @@ class _Graph:
 
 class GraphRunner:
     """Executor.forward as one CUDA graph per input shape. `forward(x)` captures on the first call for
-    x's shape, then only copies x in and replays; the branches are read back for the trace when it is read."""
+    x's shape, then only copies x in and replays; the branches are read back for the trace when it is read.
+    pair_kernels=False: no pair kernels (runtime/pairs.py), as calibrate's in-graph trials run."""
 
-    def __init__(self, executor, device):
+    def __init__(self, executor, device, pair_kernels: bool = True):
         torch = self.torch = import_torch()
         self.executor, self.device = executor, device
         self.captures = 0
-        self.pair_timings = pairs.Timings(executor)   # pair kernels against their convs' own (runtime/pairs.py)
+        # pair kernels timed against their convs' own (runtime/pairs.py); None: every conv on its own kernel
+        self.pair_timings = pairs.Timings(executor) if pair_kernels else None
         self._graphs: dict[tuple, _Graph] = {}
         self.dense_layers: set[str] = set()  # layers whose dense body a SWITCH cannot hold: plain cuDNN nodes
         self.notes: list[str] = []
