@@ -16,8 +16,8 @@ cd "$here/../../.." && . docs/results/env.sh
 env_report > "$out/env.txt"
 snn-codegen build resnet152 --gpu "$GPU" --batch 1 -j 16 2>&1 | tail -1
 case $tuning in *.gz) gunzip -c "$tuning";; *) cat "$tuning";; esac > generated/resnet152/$GPU/tuning.json
-timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k pair tests/gpu/test_manifest_kernels.py \
-  2>&1 | tail -3 | tee "$out/kernel_checks.log"
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k pair 2>&1 | tail -1 | tee "$out/kernel_checks.log"
+timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py 2>&1 | tail -1 | tee -a "$out/kernel_checks.log"
 compute-sanitizer --tool memcheck --kernel-name kns=dpair_ --report-api-errors no --error-exitcode 9 \
   --target-processes all python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k pair > "$out/memcheck.log" 2>&1
 echo "memcheck exit code: $? (0: no error found)" | tee -a "$out/memcheck.log"
