@@ -19,15 +19,16 @@ from .spec import ConvShape
 STAGES = 3
 TX = 16              # threads along N (4 channels each): both convs' tiles
 # blocks a cluster: sm_90 allows 16 where the function asks for a non-portable size (runtime/cuda.py does), so a
-# 1024-channel x splits into 64-channel slices over 32-pixel tiles, with 16 KB of weights a block a chunk
+# 1024-channel x splits into 64-channel slices over 32-pixel tiles: half the weight traffic of 16-pixel tiles in
+# clusters of 8, and the fastest at 14x14 (15.7 against 17.9 us a pair, docs/results/fusion/h200/pair/probe.log)
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
-# batches the build offers it at: at batch 8 it took 1.3-2.9x the two dense kernels' time (docs/results/fusion/
-# h200/pair/): a block's tile then holds too few of the pixels for its weights' L2 traffic to pay
+# batches the build offers it at: at batch 8 the best config took 1.23-1.54x the two dense kernels' time
+# (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
-# the configs offered (bm, bn1, threads, slices, stages): the fastest three on ResNet-152's 14x14 and 28x28 pairs
-# at batch 1 of the 16 the probe measured (docs/results/fusion/pair_probe.py); the engine times them against the
-# two convs' own kernels at load and keeps the fastest (runtime/pairs.py)
+# the configs offered (bm, bn1, threads, slices, stages): 32-pixel tiles with a two-stage pipeline, the fastest of
+# the 16 configs the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py); the
+# engine times them against the two convs' own kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2))
 
 
