@@ -83,7 +83,8 @@ class Timings:
         x, res = tensor(sa.C, sa.H, sa.W), tensor(sa.N, sa.P, sa.Q)
         ya, yb = torch.empty_like(res), tensor(sb.N, sb.P, sb.Q)
         counters = torch.zeros(3, dtype=torch.int64, device="cuda")
-        epa = Epilogue(opa.attrs["epilogue"]["shift"], res, True, counters, 0)
+        epa = Epilogue(opa.attrs["epilogue"]["shift"], res if opa.attrs["epilogue"].get("residual") else None, True,
+                       counters, 0)
         epb = Epilogue(opb.attrs["epilogue"]["shift"], None, True, counters, 1)
         in_epi = InputEpilogue(torch.zeros(sa.C, device="cuda"), counters, 2) if handed else None
         if not handed:
