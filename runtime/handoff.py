@@ -45,13 +45,13 @@ def plan(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
     residual, or where other ops read the value after that conv, the consumer's kernel must also take
     IN_RES_ARGS (it adds the residual and stores the value for them: `stored`)."""
     moves = {}
-    aliases = _aliases(ops)
+    aliases = value_aliases(ops)
     for op in ops:
         k = fixed.get(op.name) if op.kind == "conv" else None
         ep = op.attrs.get("epilogue") if k is not None else None
         if not ep or not ep.get("relu") or ep.get("shift") is None or not uses_accumulator(k):
             continue
-        names, readers = _readers(ops, op.name, aliases)
+        names, readers = value_readers(ops, op.name, aliases)
         if output in names or not readers:
             continue
         c = readers[0]
@@ -75,7 +75,7 @@ def preactivations(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
         if op.kind != "epilogue" or a.get("scale") is None or a.get("shift") is None or not a.get("relu") \
                 or a.get("residual") is not None or a.get("inplace") or op.name == output:
             continue
-        _, readers = _readers(ops, op.name, {})
+        _, readers = value_readers(ops, op.name, {})
         if len(readers) != 1 or readers[0].kind != "conv" or readers[0].inputs != (op.name,):
             continue
         k = fixed.get(readers[0].name)
@@ -86,11 +86,11 @@ def preactivations(ops, output: str, fixed: dict[str, dict]) -> dict[str, str]:
 
 def stored(ops, moves: dict[str, str]) -> set[str]:
     """The producers of `moves` whose value is read after its consumer: the consumer stores it (in_out)."""
-    aliases = _aliases(ops)
-    return {p for p in moves if len(_readers(ops, p, aliases)[1]) > 1}
+    aliases = value_aliases(ops)
+    return {p for p in moves if len(value_readers(ops, p, aliases)[1]) > 1}
 
 
-def _aliases(ops) -> dict[str, str]:
+def value_aliases(ops) -> dict[str, str]:
     """alias value -> the conv value it is."""
     aliases: dict[str, str] = {}
     for op in ops:
@@ -99,7 +99,7 @@ def _aliases(ops) -> dict[str, str]:
     return aliases
 
 
-def _readers(ops, value: str, aliases: dict[str, str]):
+def value_readers(ops, value: str, aliases: dict[str, str]):
     """(the value's names: itself and its aliases, the ops that read one of them in program order)."""
     names = {value} | {a for a, v in aliases.items() if v == value}
     return names, [o for o in ops if o.kind != "alias" and names & set(o.inputs)]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 
 from .executor import Epilogue, InputEpilogue
-from .handoff import _aliases, _readers
+from .handoff import value_aliases, value_readers
 from .kernels import uses_accumulator
 
 
@@ -31,7 +31,7 @@ def plan(ops, output: str, fixed: dict[str, dict], offered: dict[str, dict], han
     the manifest entry of the one kernel it runs; offered: conv -> its batch entry's "pair"; handoffs: producer ->
     consumer of the graph's hand-offs."""
     out = {}
-    aliases = _aliases(ops)
+    aliases = value_aliases(ops)
     by_name = {op.name: op for op in ops}
     for op in ops:
         p = offered.get(op.name) if op.kind == "conv" else None
@@ -44,7 +44,7 @@ def plan(ops, output: str, fixed: dict[str, dict], offered: dict[str, dict], han
         sep = second.attrs.get("epilogue")
         if not sep or sep.get("residual"):
             continue
-        names, readers = _readers(ops, op.name, aliases)
+        names, readers = value_readers(ops, op.name, aliases)
         if output in names or not readers or readers[0] is not second or second.inputs[0] not in names \
                 or names & set(second.inputs[1:]):
             continue
