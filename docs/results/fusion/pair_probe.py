@@ -1,5 +1,5 @@
-"""Two 1x1 convs in one launch (codegen/pair.py) against the same two convs as the dense kernels the build offers
-today, on ResNet-152's block boundaries (a block's conv3 -> the next block's conv1) at batch 1 and 8.
+"""Two 1x1 convs in one launch (codegen/pair.py) against the same two convs on the dense kernels the build offers
+for them, on ResNet-152's block boundaries (a block's conv3 -> the next block's conv1) at batch 1 and 8.
 
 Both sides run the same operands: the first conv's input a producer's raw sums (its epilogue applied while staging,
 as a bottleneck's 3x3 split hands it on), bias + residual + ReLU on the first conv, bias + ReLU on the second, both
