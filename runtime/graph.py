@@ -230,8 +230,7 @@ class Capture:
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
         self.sums = None
         self.pairs: dict[str, tuple[str, str]] = {}   # first conv -> (second conv, the pair kernel: pairs.py)
-        self._paired: dict[str, object] = {}            # second conv -> its value, made by its pair's launch
-        self._pair_kernel: dict[str, str] = {}
+        self._paired: dict[str, tuple] = {}             # second conv -> (its value, the pair kernel that made it)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
         self._split_at = split_before(len(ex.convs))
@@ -329,9 +328,8 @@ class Capture:
         cl = torch.channels_last
         fixed = table.constant_branch()
         if op.name in self._paired:   # made by its pair's launch (runtime/pairs.py): nothing to record
-            value = self._paired.pop(op.name)
-            self.layers.append(_Layer(conv, ex.slots[op.inputs[0]], inp.numel(), table, fixed,
-                                      self._pair_kernel.pop(op.name)))
+            value, pk = self._paired.pop(op.name)
+            self.layers.append(_Layer(conv, ex.slots[op.inputs[0]], inp.numel(), table, fixed, pk))
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return value
         # its producer's epilogue (or a pre-activation), applied while staging: only a fixed layer gets one
@@ -367,7 +365,7 @@ class Capture:
                 value2 = torch.empty(B, s2.N, s2.P, s2.Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
                 cleared = ex.pair_conv(op, sop, pk, inp, value, value2, epi, ex.epilogue_of(sop, {}, counters),
                                        in_epi, zero)
-                self._paired[second], self._pair_kernel[second] = value2, pk
+                self._paired[second] = (value2, pk)
                 self.layers[-1].kernel = pk
             elif region is not None:
                 y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))

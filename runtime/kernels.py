@@ -198,6 +198,14 @@ def _ptr(t) -> int:
     return 0 if t is None else t.data_ptr()
 
 
+def _zero_range(name: str, zero) -> dict:
+    """The launch arguments of a float32 range the kernel zeroes (emit.ZERO_ARGS): whole 16-byte-aligned float4s,
+    as its stores clear it."""
+    if zero.numel() % 4 or zero.data_ptr() % 16:
+        raise RunError(f"kernel '{name}': a range to zero must be whole 16-byte-aligned float4s")
+    return {"zero": zero.data_ptr(), "zero_total": zero.numel()}
+
+
 class CudaBackend:
     def __init__(self, device: Device, cache):
         self.torch = import_torch()
@@ -326,9 +334,7 @@ class CudaBackend:
                 "zero": 0, "zero_total": 0, "out_ld": out_ld, "in_scale": 0, "in_ld": in_ld}
         cleared = zero is not None and takes_zero_range(kentry)
         if cleared:
-            if zero.numel() % 4 or zero.data_ptr() % 16:   # the kernel clears it in float4 stores
-                raise RunError(f"kernel '{name}': a range to zero must be whole 16-byte-aligned float4s")
-            vals.update(zero=_ptr(zero), zero_total=zero.numel())
+            vals.update(_zero_range(name, zero))
             zero = None
         fused = bool(kentry.get("epilogue"))
         if epi is not None and fused:
@@ -393,9 +399,7 @@ class CudaBackend:
         if in_epi is not None:
             vals.update(in_shift=_ptr(in_epi.shift), in_zeros=counter_ptr(in_epi.counters, in_epi.slot))
         if zero is not None:
-            if zero.numel() % 4 or zero.data_ptr() % 16:
-                raise RunError(f"kernel '{name}': a range to zero must be whole 16-byte-aligned float4s")
-            vals.update(zero=_ptr(zero), zero_total=zero.numel())
+            vals.update(_zero_range(name, zero))
         bufs = {"input": inp, "weight": weight, "output": out, "weight2": weight2, "output2": out2}
         self._run_steps(name, kentry, bufs, vals)
         return zero is not None
