@@ -60,6 +60,7 @@ class Stages:
     render_maxpool: Callable[..., tuple[str, str]] | None = None   # (precision="fp32") -> (name, source)
     dense: Any = None   # the dense FP32 kernel's module (codegen/dense.py): candidates, render; None: none offered
     pair: Any = None    # two 1x1 convs in one launch (codegen/pair.py): candidates, render; None: none offered
+    direct: Any = None  # the image's conv (codegen/direct.py): eligible, emitted; None: cuDNN runs it
 
 
 def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
@@ -67,13 +68,13 @@ def default_stages(model: str = "snn", candidates: int = 1) -> Stages:
     pick first) and emitter (docs/interfaces.md, sections plan and source)."""
     from functools import partial
 
-    from . import dense, pair
+    from . import dense, direct, pair
     from .emit import render_epilogue, render_maxpool, render_selector, render_sparse
     from .gpu import load_gpu
     from .plan import estimate_resources, plan_network
     kw = {"model": model} | ({"candidates": candidates} if candidates != 1 else {})
     return Stages(partial(plan_network, **kw), render_sparse, render_epilogue, estimate_resources, load_gpu,
-                  render_selector, render_maxpool, dense, pair)
+                  render_selector, render_maxpool, dense, pair, direct)
 
 
 def choice_candidates(choice) -> list:
@@ -242,6 +243,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
         emitted[name] = k
     dense_per_layer = _dense_candidates(stages, gpu, plans, wanted, emitted)
     pairs = _pair_candidates(stages, gpu, net, plans, wanted, emitted)
+    direct = _direct_kernels(stages, net, plans, wanted, emitted)
     epi_name, epi_source = stages.render_epilogue()
     sel_name, sel_source = stages.render_selector() if stages.render_selector else (None, None)
     pool_name, pool_source = _maxpool_source(net, stages, bundle.DEFAULT_PRECISION)
@@ -261,10 +263,13 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     compiled = compiler.compile(sources, arch, force, progress_factory)
     records = compiled.records
 
-    # a dense kernel is one more candidate for calibrate to measure: one that spills is left out, not fatal
-    spilled = {n for n in emitted if (n in dense_per_layer["names"] or n in pairs["names"]) and problems(records[n])}
+    # a dense or pair kernel is one more candidate for calibrate to measure, a direct one stands in for cuDNN: one
+    # that spills is left out, not fatal
+    optional = dense_per_layer["names"] | pairs["names"] | {k for per in direct.values() for k in per.values()}
+    spilled = {n for n in emitted if n in optional and problems(records[n])}
     for n in spilled:
         del emitted[n], wanted[n], records[n]
+    direct = {conv: kept for conv, per in direct.items() if (kept := {b: k for b, k in per.items() if k in emitted})}
     # the register tile must stay in registers; launches must name functions the cubin has
     _refuse_spills(records, ": its register tile does not stay in registers")
     for name, k in emitted.items():
@@ -283,7 +288,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
                              records, placed, epi_name, stages, spec_file, sel_name, pool_name,
                              {k: [c for c in v if c[0] in emitted] for k, v in dense_per_layer["layers"].items()},
                              {k: {**v, "kernels": [n for n in v["kernels"] if n in emitted]}
-                              for k, v in pairs["layers"].items()})
+                              for k, v in pairs["layers"].items()}, direct)
         if inputs is not None:
             manifest["inputs"] = inputs
         manifest_path = bundle.write_manifest(out_dir, manifest)  # last: the bundle's commit mark
@@ -319,6 +324,25 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
                     out["names"].add(name)
                 out["layers"].setdefault((layer.index, b), []).append(
                     (name, dense.predict_us(shape, b, cfg, sms, getattr(gpu, "boost_clock_mhz", 1755) / 1e3)))
+    return out
+
+
+def _direct_kernels(stages, net, plans, wanted, emitted) -> dict:
+    """The direct kernel (codegen/direct.py) of each conv that no plan holds (it never runs sparse: the image's) and
+    that the kernel takes, per batch, rendered into `wanted` / `emitted`: {conv name: {batch: kernel}}."""
+    out: dict[str, dict[str, str]] = {}
+    direct = stages.direct
+    if direct is None:
+        return out
+    planned = {lp.layer.index for plan in plans.values() for lp in plan.layers}
+    for conv in net.convs:
+        if conv.index in planned or not direct.eligible(conv.shape, conv.groups):
+            continue
+        for b in plans:
+            k = direct.emitted(conv.shape, b)
+            emitted.setdefault(k.name, k)
+            wanted.setdefault(k.name, (conv.shape, b, direct.CONFIG))
+            out.setdefault(conv.name, {})[str(b)] = k.name
     return out
 
 
@@ -487,10 +511,11 @@ def _pair_candidates(stages, gpu, net, plans, wanted, emitted) -> dict:
 
 def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wanted, emitted, records, placed,
               epi_name, stages, spec_file, sel_name: str | None = None, pool_name: str | None = None,
-              dense: dict | None = None, pairs: dict | None = None) -> dict:
+              dense: dict | None = None, pairs: dict | None = None, direct: dict | None = None) -> dict:
     """dense: {(layer index, batch): [(kernel, predicted us)]}, the dense kernels offered beside each level's picks;
     pairs: {(layer index, batch): {"with": the next conv, "kernels": [...]}}, the pair kernels (codegen/pair.py) a
-    layer and the conv after it may run as, recorded in the first layer's batch entry as "pair"."""
+    layer and the conv after it may run as, recorded in the first layer's batch entry as "pair"; direct: {conv name:
+    {batch: kernel}}, the direct kernels (codegen/direct.py) of the convs that always run dense, as "direct"."""
     kernels = {}
     dense = dense or {}
     pairs = pairs or {}
@@ -502,6 +527,8 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             regs, smem = 0, stages.pair.smem_bytes(shape, second, config)
         elif isinstance(config, DenseConfig):
             regs, smem = 0, stages.dense.smem_bytes(config, shape)
+        elif name in {k for per in (direct or {}).values() for k in per.values()}:
+            regs, smem = 0, stages.direct.smem_bytes(shape, config)
         else:
             regs, smem = stages.estimate_resources(shape, config)
         kernels[name] = {**placed[name], "shape": shape_dict(shape), **({"second": shape_dict(second)} if second else {}),
@@ -542,6 +569,8 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
         extra["selector"] = {**placed[sel_name], "function": sel_name, "pdl": PDL, **resources(records[sel_name])}
     if pool_name:
         extra["maxpool"] = _maxpool_entry(placed[pool_name], records[pool_name], bundle.DEFAULT_PRECISION)
+    if direct:
+        extra["direct"] = direct
     return {"format": bundle.FORMAT, "precision": bundle.DEFAULT_PRECISION, "network": net.name, "gpu": gpu_name,
             "arch": arch, "compute_capability": capability, "batches": list(batches),
             "levels": [round(lv, 2) for lv in levels],

@@ -33,7 +33,8 @@ Executor, and no others:
     pair_conv(op, second, kernel, inp, out, out2, epi, epi2, in_epi, zero)  two 1x1 convs in one launch
                                      (runtime/pairs.py)
     stores_slice(kernel, epi, out)   whether that launch can write a concat buffer's channel slice as `out`
-    dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place)
+    dense_conv(op, inp, epi)         the cuDNN conv, then its epilogue (one snn_epilogue launch, in place); a conv
+                                     the bundle has a direct kernel for (codegen/direct.py) runs that instead
     cache, device                    read; force: set to 'dense' for the warm-up pass, then restored;
     last_trace                       replaced after each replay by the graph's trace, read back on first access
 """
@@ -540,8 +541,12 @@ class Executor:
         kernel = None
         if eligible and self.cache is not None and sparsity is not None:
             kernel = dispatch.choose(self.cache.layer_entry(op.name, B), sparsity, self.force)
+        direct = self.cache.direct_kernel(op.name, B) if kernel is None and self.cache is not None else None
         t0 = self._tick(sync)
-        if kernel is None:
+        if direct is not None:  # the image's conv on the bundle's direct kernel (codegen/direct.py), not cuDNN's
+            out = torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
+            self.sparse_conv(op, direct, inp.contiguous(memory_format=cl), out, epi)
+        elif kernel is None:
             out = self.dense_conv(op, inp, epi)
         else:
             inp = inp.contiguous(memory_format=cl)
@@ -549,7 +554,7 @@ class Executor:
             out = target if into else torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
             self.sparse_conv(op, kernel, inp, out, epi, zeroed=into)
         ms = self._tock(t0, sync) if self.trace else None
-        trace.append(LayerTrace(conv.index, conv.name, sparsity, "sparse" if kernel else "dense", kernel, ms))
+        trace.append(LayerTrace(conv.index, conv.name, sparsity, "sparse" if kernel else "dense", kernel or direct, ms))
         return out
 
     def _tick(self, sync):

@@ -119,6 +119,10 @@ class Cache:
     def epilogue(self) -> dict:
         return self.data["epilogue"]
 
+    def direct_kernel(self, conv_name: str, batch: int) -> str | None:
+        """The direct kernel (codegen/direct.py) the build made for a conv that always runs dense, or None (cuDNN)."""
+        return (self.data.get("direct") or {}).get(conv_name, {}).get(str(batch))
+
     @property
     def maxpool(self) -> dict | None:
         """The bundle's max-pool kernel (None: the network has no max pool, or an older build; torch pools)."""
@@ -240,6 +244,18 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
                 raise stale(f"layer '{name}' batch {b}: threshold {entry['threshold']!r} is not a number")
         layers[name] = layer
 
+    direct = data.get("direct") or {}
+    if not isinstance(direct, dict):
+        raise stale("field 'direct' is not a mapping of conv names")
+    for name, per in direct.items():
+        if name not in convs:
+            raise stale(f"direct names conv '{name}', which the spec {spec_path} does not have")
+        for b, k in (per.items() if isinstance(per, dict) else [("?", None)]):
+            if k not in data["kernels"]:
+                raise stale(f"direct conv '{name}' batch {b}: kernel {k!r} is not in 'kernels'")
+            bad = _shape_mismatch(data["kernels"][k].get("shape") or {}, convs[name].shape)
+            if bad:
+                raise stale(f"direct conv '{name}': kernel {k} was built for another shape ({bad})")
     for k, kern in data["kernels"].items():
         for key in ("cubin", "steps"):
             if key not in kern:
@@ -263,6 +279,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
     used |= {c["kernel"] for e in entries for lv in e.get("levels", {}).values() for c in lv.get("candidates", [])}
     used |= {k for e in entries for k in e.get("tensorcore", [])}
     used |= {k for e in entries for k in (e.get("pair") or {}).get("kernels", [])}
+    used |= {per[str(batch)] for per in direct.values() if str(batch) in per}
     problems = bundle_format.verify(path.parent, data, used)
     if problems:
         raise stale(f"{problems[0]}" + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""))

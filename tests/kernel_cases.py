@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from snn.codegen import dense, emit, pair
+from snn.codegen import dense, direct, emit, pair
 from snn.codegen.config import KernelConfig
 from snn.codegen.spec import ConvShape, load_spec
 
@@ -188,3 +188,12 @@ def pair_cases() -> list[tuple]:
              (s(64, 256, 56, 56), s(256, 64, 56, 56), pair.PairConfig(16, 128)),
              (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(16, 64, slices=1))]
     return [(pair.emitted(a, b, batch, cfg), a, b, batch) for a, b, cfg in cases for batch in (1, 3)]
+
+
+def direct_cases() -> list[tuple]:
+    """The direct kernel for the image's conv (codegen/direct.py): ResNet's 7x7 stem at batch 1 and 2, VGG's 3x3,
+    ragged tiles with two 64-channel tiles, a 5x5 over 4 channels; the four epilogue forms over the six."""
+    cases = [(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)), 1), (ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)), 2),
+             (ConvShape(3, 64, 224, 224, 3, 3, (1, 1), (1, 1)), 1), (ConvShape(3, 128, 13, 11, 3, 3, (2, 2), (1, 1)), 1),
+             (ConvShape(3, 128, 13, 11, 3, 3, (2, 2), (1, 1)), 3), (ConvShape(4, 64, 9, 10, 5, 5, (1, 1), (2, 2)), 2)]
+    return [(direct.emitted(sh, b), sh, b) for sh, b in cases]

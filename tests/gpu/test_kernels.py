@@ -9,7 +9,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("cuda.bindings.driver")
 
 from kernel_cases import (classic_cases, cluster_cases, concat_slice_cases, dense_cases,  # noqa: E402
-                          dense_pre_activation_cases, pair_cases, pre_activation_cases, sixteen_bit_cases, warp_tiled_cases)
+                          dense_pre_activation_cases, direct_cases, pair_cases, pre_activation_cases,
+                          sixteen_bit_cases, warp_tiled_cases)
 
 from snn.codegen.cache import ENV, CubinCache  # noqa: E402
 
@@ -51,6 +52,12 @@ def test_dense_kernels_match_float64(runner):
     cases = dense_cases()
     assert {k.steps[0]["grid"][2] > 1 for k, *_ in cases} == {True, False}
     _assert_match(runner, cases)
+
+
+def test_direct_kernels_match_float64(runner):
+    """The image's conv (codegen/direct.py): 7x7 stride 2, 3x3, 5x5, ragged tiles, two channel tiles, batch 1-3; bias,
+    residual and ReLU fused in the four forms, the zeros it counts those it stored."""
+    _assert_match(runner, direct_cases())
 
 
 def test_kernels_apply_their_producers_epilogue(runner):

@@ -1,8 +1,9 @@
 #!/bin/bash
-# The stem's epilogue moved into its max pool (runtime/lower.py, _into_pools) against a checkout without it: both
-# trees built (batch 1,8) and given the same calibration, then breakdown.py per network, batch 1 in both orders
-# (after, before, before2, after2), batch 8 once a side; stem_table.py's table of each run's replay, its GPU
-# activities, and the stem's span on the replay's timeline (the start of its first conv past the image's).
+# The stem (the image's conv, its epilogue, the max pool) of this checkout against another's: both trees built (batch
+# 1,8) and given the same calibration, then breakdown.py per network, batch 1 in both orders (after, before, before2,
+# after2), batch 8 once a side, after the float64 checks of this checkout's direct kernels (the image's conv,
+# codegen/direct.py: tests/gpu/test_kernels.py) and memcheck on them; stem_table.py's table of each run's replay, its
+# GPU activities, and the stem's span on the replay's timeline (the start of its first conv past the image's).
 #   bash docs/results/fusion/stem.sh OUT PHOTO_DIR BEFORE_TREE R152_TUNING D201_TUNING
 # BEFORE_TREE: a checkout of the commit to compare with (git worktree add DIR COMMIT; a file .commit names it where
 # git cannot). *_TUNING: a tuning.json (or .json.gz) for each network's bundle, the same kernels on both sides.
@@ -20,6 +21,12 @@ for tree in "$after" "$before"; do (
   tuning "$r152" > generated/resnet152/$GPU/tuning.json
   tuning "$d201" > generated/densenet201/$GPU/tuning.json
 ) done
+(cd "$after" && . docs/results/env.sh
+ timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k direct 2>&1 | tail -1 | tee "$out/kernel_checks.log"
+ timeout 200 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_manifest_kernels.py -k resnet152 2>&1 | tail -1 | tee -a "$out/kernel_checks.log"
+ compute-sanitizer --tool memcheck --kernel-name kns=dirconv_ --report-api-errors no --error-exitcode 9 \
+   --target-processes all python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k direct > "$out/memcheck.log" 2>&1
+ echo "memcheck exit code: $? (0: no error found)" | tee -a "$out/memcheck.log")
 bd() {  # TREE NET BATCH TAG
   (cd "$1" && . docs/results/env.sh && timeout 90 python3 docs/results/fusion/breakdown.py $2 $3 "$photos" "$out/$4_$2_b$3.json" \
     > "$out/$4_$2_b$3.log" 2>&1; echo "$4 $2 b$3 exit $?: $(tail -1 "$out/$4_$2_b$3.log" | cut -c1-200)")
