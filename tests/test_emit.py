@@ -9,7 +9,7 @@ from kernel_cases import (RESNET50, cluster_cases, concat_slice_cases, example_c
                           sixteen_bit_cases)
 from nvcc_units import compile_units
 
-from snn.codegen import emit
+from snn.codegen import direct, emit
 from snn.codegen.config import KernelConfig
 from snn.codegen.spec import ConvShape, load_spec
 
@@ -167,8 +167,15 @@ def test_every_kernel_waits_for_its_predecessor_before_it_reads_activations():
         assert src.count("griddepcontrol.wait;") == 1, k.name
         wait = src.index("griddepcontrol.wait;")
         assert src.rindex("#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900", 0, wait) > src.index(k.name)
-        first_input = min(i for i in (src.find("fill_input(c0);"), src.find("fill(0, c_begin);")) if i >= 0)
+        first_input = min(i for i in (src.find("fill_input(c0);"), src.find("fill_x(0, c_begin);")) if i >= 0)
         assert wait < first_input, k.name
+        if "fill_w(0, c_begin);" in src:   # warp-tiled: its first chunk's weights requested before the wait
+            assert src.index("fill_w(0, c_begin);") < wait, k.name
+    assert "fill_w(0, c_begin);" in kernels[2].source
+    # the image's conv (codegen/direct.py): its weights before the wait, the image after
+    src = direct.emitted(ConvShape(3, 64, 32, 32, 7, 7, (2, 2), (3, 3)), 1).source
+    wait = src.index("griddepcontrol.wait;")
+    assert src.count("griddepcontrol.wait;") == 1 and src.index("snn_cp16(ws") < wait < src.index("? input[")
     assert emit.PDL
     for src, first_read in ((emit.render_epilogue()[1], "float4 v = *src;"),
                             (emit.render_selector()[1], "(double)(*zeros)")):
