@@ -20,15 +20,14 @@ MAX_C = 4            # input channels it takes: an image's (more are the sparse 
 SMEM_LIMIT = 48 * 1024   # static shared memory
 
 
-# A tap costs a thread two 16-byte weight loads (four shared-memory wavefronts each: a quarter warp's eight
-# channel groups a wavefront) and one load a pixel, for 8 FFMAs a pixel: with 2 pixels a thread the loads took
-# 10 wavefronts a tap for 16 FFMAs (shared memory bound at 40 % of the FMA rate; 12.2 us for ResNet's stem at batch
-# 1 on the H200), with 8 pixels 16 for 64.
+# 2 pixels a thread in 4 x 8 tiles, 128 threads: 12.2 us for ResNet's 7x7 stem at batch 1 on the H200 (cuDNN 17.5).
+# 8 pixels a thread in 8 x 8 tiles of 64 threads (fewer shared-memory loads a FMA, 243 registers) took 53 us
+# (docs/results/fusion/h200/stem at dc30727, in git history).
 @dataclass(frozen=True, order=True)
 class DirectConfig:
-    th: int = 8        # output rows a block
-    tw: int = 8        # output columns a block
-    threads: int = 64  # 8 channel groups x threads / 8 pixel groups: tw divides the groups, th * tw / groups pixels a thread
+    th: int = 4         # output rows a block
+    tw: int = 8         # output columns a block
+    threads: int = 128  # 8 channel groups x threads / 8 pixel groups: tw divides the groups, th * tw / groups pixels a thread
 
     def tag(self) -> str:
         return f"t{self.th}x{self.tw}n{self.threads}"

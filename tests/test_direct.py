@@ -30,14 +30,14 @@ def test_it_takes_an_images_few_channels_and_whole_64_channel_tiles():
 def test_render():
     k = direct.emitted(STEM, 1)
     step = k.steps[0]
-    assert k.name == "dirconv_r7s7_str2_pad3_c3n64_h224w224_t8x8n64_b1" and k.epilogue and k.weight_layout == "CRSN"
-    assert step["args"] == CONV_ARGS and step["pdl"] and step["grid"] == [14, 14, 1] and step["block"] == [64, 1, 1]
-    assert direct.emitted(ODD, 3).steps[0]["grid"] == [1, 1, 6]   # 7 x 6 output: one ragged tile; batch 3 x 2 channel tiles
-    assert direct.emitted(STEM, 1, direct.DirectConfig(4, 8, 128)).steps[0]["grid"] == [14, 28, 1]
+    assert k.name == "dirconv_r7s7_str2_pad3_c3n64_h224w224_t4x8n128_b1" and k.epilogue and k.weight_layout == "CRSN"
+    assert step["args"] == CONV_ARGS and step["pdl"] and step["grid"] == [14, 28, 1] and step["block"] == [128, 1, 1]
+    assert direct.emitted(ODD, 3).steps[0]["grid"] == [1, 2, 6]   # 7 x 6 output: 2 x 1 ragged tiles; batch 3 x 2 channel tiles
+    assert direct.emitted(STEM, 1, direct.DirectConfig(8, 8, 64)).steps[0]["grid"] == [14, 14, 1]
     with pytest.raises(ValueError, match="pixel groups"):
         direct.render(STEM, 1, direct.DirectConfig(8, 8, 48))   # not whole warps
     assert "constexpr int C = 3, N = 64, H = 224, W = 224, P = 112, Q = 112;" in k.source
-    assert direct.smem_bytes(STEM) == (147 * 64 + 3 * 21 * 21) * 4   # the weights and a 21 x 21 input tile
+    assert direct.smem_bytes(STEM) == (147 * 64 + 3 * 13 * 21) * 4   # the weights and a 13 x 21 input tile
 
 
 @needs_nvcc
@@ -81,7 +81,7 @@ def test_build_records_the_images_conv_per_batch_and_the_loader_checks_it(tmp_pa
     stem = net.convs[0].shape
     assert m["direct"] == {"stem": {"1": direct.CONFIG.name(stem, 1), "2": direct.CONFIG.name(stem, 2)}}
     k = m["kernels"][m["direct"]["stem"]["2"]]
-    assert k["config"] == {"family": "direct", "th": 8, "tw": 8, "threads": 64} and k["batch"] == 2 and k["epilogue"]
+    assert k["config"] == {"family": "direct", "th": 4, "tw": 8, "threads": 128} and k["batch"] == 2 and k["epilogue"]
     assert [lay["name"] for lay in m["layers"]] == ["a"]   # the stem is no planned layer
     cache = manifest.load(r.manifest_path, net, str(spec), 2, H100_CC)
     assert cache.direct_kernel("stem", 2) == m["direct"]["stem"]["2"] and cache.direct_kernel("a", 2) is None
