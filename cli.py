@@ -275,8 +275,8 @@ def run_main():
 @click.option("--tuning", "tuning_path", default=None, type=click.Path(dir_okay=False, path_type=str),
               help="Tuning file from `snn-run calibrate` to use; default: tuning.json in the bundle, if any.")
 @click.option("--compare-dense", is_flag=True,
-              help="Also time one batch on snn and on the dense path (every conv on cuDNN FP32, same executor) "
-                   "and print both.")
+              help="Also time one batch on snn and on the dense path (every conv snn could run sparse on cuDNN FP32, "
+                   "same executor) and print both.")
 @click.option("--precision", default=None, type=click.Choice(PRECISIONS),
               help="The precision the bundle was built for (`snn-codegen build --precision`), the default; one "
                    "other than the bundle's is refused. fp32: exact, the sparse kernels where they pay; bf16 / fp16: "

@@ -251,7 +251,7 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
         if name not in convs:
             raise stale(f"direct names conv '{name}', which the spec {spec_path} does not have")
         for b, k in (per.items() if isinstance(per, dict) else [("?", None)]):
-            if k not in data["kernels"]:
+            if not isinstance(k, str) or k not in data["kernels"]:
                 raise stale(f"direct conv '{name}' batch {b}: kernel {k!r} is not in 'kernels'")
             bad = _shape_mismatch(data["kernels"][k].get("shape") or {}, convs[name].shape)
             if bad:
