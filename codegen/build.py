@@ -36,6 +36,7 @@ from . import bundle, tensorcore
 from .cache import CubinCache
 from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .dense import DenseConfig
+from .direct import DirectConfig
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_EPILOGUE, MAXPOOL_THREADS,
                    MAXPOOL_VECTOR, PDL,
                    epilogue_function, maxpool_function)
@@ -527,7 +528,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
             regs, smem = 0, stages.pair.smem_bytes(shape, second, config)
         elif isinstance(config, DenseConfig):
             regs, smem = 0, stages.dense.smem_bytes(config, shape)
-        elif name in {k for per in (direct or {}).values() for k in per.values()}:
+        elif isinstance(config, DirectConfig):
             regs, smem = 0, stages.direct.smem_bytes(shape, config)
         else:
             regs, smem = stages.estimate_resources(shape, config)
