@@ -18,8 +18,9 @@ A backend provides
 The capture hook: runtime/graph.py records forward() into a CUDA graph through these members of
 Executor, and no others:
     forward(x, capture=cap)          cap.counters: the int64 zero counters the pass counts into (zeroed
-                                     first); cap.conv_op(op): called first at every conv op, whatever its
-                                     path (the graph may end there and the next begin);
+                                     first); cap.reads(op): called first at every op (a side branch whose
+                                     value it reads joins there); cap.conv_op(op): then at every conv op,
+                                     whatever its path (the graph may end there and the next begin);
                                      cap.conv(op, inp, epi, batch, counters, trace) -> output:
                                      called for every eligible conv in place of the host read and dispatch;
                                      cap.defer(op, inp, counters) -> bool: an epilogue op the graph leaves to
@@ -406,6 +407,8 @@ class Executor:
         be = self.backend
         for i, op in enumerate(prog.ops):
             a = op.attrs
+            if capture is not None:
+                capture.reads(op)         # a value it reads from a side branch of the graph: joined first
             if op.kind == "conv":
                 if capture is not None:
                     capture.conv_op(op)   # where the graph may end and the next begin

@@ -38,7 +38,7 @@ import sys
 import weakref
 from dataclasses import dataclass
 
-from . import dispatch, handoff, pairs
+from . import branches, dispatch, handoff, pairs
 from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
@@ -231,12 +231,18 @@ class Capture:
         self.sums = None
         self.pairs: dict[str, tuple[str, str]] = {}   # first conv -> (second conv, the pair kernel: pairs.py)
         self._paired: dict[str, tuple] = {}             # second conv -> (its value, the pair kernel that made it)
+        self.branches: set[str] = set()       # convs recorded on the side branch (runtime/branches.py)
+        self._forks: dict[str, tuple] = {}    # value on the side branch -> (its end, what stays referenced till the join)
+        self.joins: list[tuple[str, str]] = []  # (forked value, the op that joined it), in capture order
+        self._aliases = handoff.value_aliases(ex.ops)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
         self._split_at = split_before(len(ex.convs))
         self._prepare()
         self._plan_handoffs()
         self._plan_pairs()
+        if branches.enabled() and self.tables:
+            self.branches = branches.plan(ex.ops, ex.program.output)
 
     def _plan_handoffs(self):
         """Which splits hand their epilogue to the conv that reads them (runtime/handoff.py), and the buffer for
@@ -290,6 +296,7 @@ class Capture:
                         dev.function(kentry["cubin"], step["function"])
         self.side = own_stream(torch, dev.drv, self)
         self.clear_stream = own_stream(torch, dev.drv, self)   # the sums regions' clears, beside the convs
+        self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
@@ -314,6 +321,13 @@ class Capture:
         if self.parts is not None and self._convs == self._split_at:
             self._split()
         self._convs += 1
+
+    def reads(self, op):
+        """Every op of the pass comes here before it is recorded: the side branch of a value it reads joins here."""
+        for v in op.inputs:
+            v = self._aliases.get(v, v)
+            if v in self._forks:
+                self._join(v, op.name)
 
     def conv(self, op, inp, epi, B, counters, trace, target=None):
         """The conv's nodes; its output, in `target` (a concat buffer's channel slice, zeroed) where every kernel
@@ -342,6 +356,13 @@ class Capture:
         if fixed is not None:  # the same kernel at any sparsity: a plain launch, no selector, no SWITCH
             consumer = self.handoffs.get(op.name)
             N, P, Q = shape.N, shape.P, shape.Q
+            kernel = table.kernel(fixed)
+            if (op.name in self.branches and consumer is None and in_epi is None and target is None
+                    and op.name not in self.pairs):   # beside the next convs, joined by its first reader
+                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                self._fork(op.name, lambda: ex.sparse_conv(op, kernel, inp, value, epi), (inp, value))
+                trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
+                return value
             region = None
             if consumer is not None:   # raw sums into a region of the graph's buffer, for the consumer to finish
                 region, waits, dirty = self.sums.take(B * N * P * Q)
@@ -349,7 +370,6 @@ class Capture:
                     self._clear()
                     region, waits, _ = self.sums.take(B * N * P * Q)
                 self._await(waits)
-            kernel = table.kernel(fixed)
             # regions read by earlier consumers, cleared by this conv's launches where they can
             spans = self.sums.dirty() if self.sums is not None else []
             span = spans[0] if spans else None
@@ -412,6 +432,8 @@ class Capture:
         """The end of the captured pass: the clears of the sums regions joined (every replay starts from zeros)."""
         assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
         assert not self._paired, f"pair kernels' second convs never reached: {sorted(self._paired)}"
+        for v in list(self._forks):
+            self._join(v, None)
         if self.sums is not None and self.sums.dirty():
             self._clear()
         if self._cleared:
@@ -420,6 +442,8 @@ class Capture:
     def _split(self):
         """End the graph recorded so far and record the rest into the next one. A side branch must join its own
         graph, and the next graph waits for nothing of the last one: it runs after it, so every clear is done."""
+        for v in list(self._forks):
+            self._join(v, None)
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
             self._cleared = False
@@ -439,6 +463,23 @@ class Capture:
             done.record()
         self._cleared = True
         self.sums.clearing(done)
+
+    def _fork(self, name, record, keep):
+        """Record `record` (the conv `name`) on the side branch, after everything recorded so far; `keep` (its
+        input and output) stays referenced until the join, so the graph's pool gives their memory to no node
+        that could run beside it."""
+        torch = self.torch
+        self.branch_stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(self.branch_stream):
+            record()
+            done = torch.cuda.Event()
+            done.record()
+        self._forks[name] = (done, keep)
+
+    def _join(self, name, by):
+        done, _ = self._forks.pop(name)
+        self.torch.cuda.current_stream().wait_event(done)
+        self.joins.append((name, by))
 
     def _await(self, events):
         for e in events:

@@ -26,6 +26,14 @@ class CpuCapture(graph.Capture):
     def _await(self, events):
         assert events == []
 
+    def _fork(self, name, record, keep):  # one stream on the CPU: recorded at once, joined later
+        record()
+        self._forks[name] = (None, keep)
+
+    def _join(self, name, by):
+        self._forks.pop(name)
+        self.joins.append((name, by))
+
     def _select(self, i, counters, slot, numel, table, handle):
         b = dispatch.select(table, int(counters[slot]), numel)
         assert self.table_dev[self.offsets[self.layers[i].conv.name]].item() == table.threshold

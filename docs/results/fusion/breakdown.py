@@ -12,7 +12,8 @@
 - rel_err of the graph's logits against the spec interpreted in float64 on the CPU, same weights and images,
   and the worst of 20 more replays (output poisoned before each).
 SNN_PDL=0 in the environment: plain launches instead of programmatic ones (runtime/cuda.py); SNN_PAIRS=0: no pair
-kernels (runtime/pairs.py; the pairs' load-time timings are in the JSON's pairs_timed).
+kernels (runtime/pairs.py; the pairs' load-time timings are in the JSON's pairs_timed); SNN_BRANCHES=0: no side
+branches (runtime/branches.py; the JSON's side_branches: each forked conv and the op that joined it).
 Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the network's trained-like profile.
 """
 import json
@@ -81,9 +82,10 @@ doc = {"network": net.name, "batch": batch, "profile": profile.name, "convs": le
        "rel_err_vs_fp64": rel_err, "rel_err_worst_of_20": worst, "iters": iters, "activities": acts,
        "timeline": timeline, "replay_launch_ms": round(launch_ms, 4), "replay_call_ms": round(call_ms, 4),
        "conv_input_sparsity": {t.name: None if t.sparsity is None else round(t.sparsity, 4) for t in trace},
-       "conv_kernels": {t.name: t.kernel for t in trace}, "pairs_timed": runner.pair_timings.measured}
+       "conv_kernels": {t.name: t.kernel for t in trace}, "pairs_timed": runner.pair_timings.measured,
+       "side_branches": getattr(runner.capture_for(x), "joins", [])}
 with open(out_path, "w") as f:
     json.dump(doc, f)
 print(f"{net.name} b{batch}: replay {replay_ms:.3f} ms, {sum(a[1] for a in acts) / iters:.0f} activities a replay for "
-      f"{len(trace)} convs ({doc['sparse_layers']} sparse), rel_err vs fp64 {rel_err:.1e} (worst of 20 more: {worst:.1e})")
+      f"{len(trace)} convs ({doc['sparse_layers']} sparse), {len(doc['side_branches'])} side branches, rel_err vs fp64 {rel_err:.1e} (worst of 20 more: {worst:.1e})")
 exit_skipping_teardown()   # the native teardown after CUPTI has aborted (README, Known limits)
