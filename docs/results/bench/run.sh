@@ -1,7 +1,7 @@
 #!/bin/bash
 # The README's results table on the GPU at hand (docs/results/env.sh names it: $GPU): ResNet-152, DenseNet-201
 # and VGG-19 at batch 1, 8 and 32. Per network:
-#   build      snn-codegen build NET --gpu $GPU --batch 1,8,32
+#   build      snn-codegen build NET --gpu $GPU --batch $BATCHES
 #   calibrate  snn-run calibrate on the photos, levels 0.4..0.9 (the tuning file goes to OUT/NET/tuning.json)
 #   e2e        snn-run bench e2e on the photos: snn on the trained-like profile (`trained`: each conv's input
 #              sparsity set by layer role and stage from the measured table in network_specs/profiles/), and on
@@ -30,7 +30,7 @@ for net in "${nets[@]}"; do
   mkdir -p "$out/$net"
   {
     echo "== $net $(date -u +%FT%TZ) steps $STEPS batches $BATCHES"
-    has build && snn-codegen build "$net" --gpu "$GPU" --batch 1,8,32 -j 16 2>&1 | tail -2
+    has build && snn-codegen build "$net" --gpu "$GPU" --batch "$BATCHES" -j 16 2>&1 | tail -2
     if has calibrate; then
       timeout 900 snn-run calibrate --spec "$net" --batch "$BATCHES" --levels 0.4:0.9:0.1 --reps 15 \
         --images "$photos" --tuning "$out/$net/tuning.json" 2>&1 | tail -3
