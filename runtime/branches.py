@@ -1,14 +1,15 @@
 """Side branches: a conv that the next convs do not wait for runs beside them in the CUDA graph.
 
 ResNet's downsample (a 1x1 conv of the block's input) is read only by the block's last conv, as its residual; in
-program order it runs between conv1 and conv2 and the chain waits for it. At batch 1 neither it nor conv2 fills
-the GPU, so in a captured graph (runtime/graph.py) it is recorded on a stream of its own: forked after its input's
-producer, joined by the first op that reads its value. Only a conv with a fixed kernel (no selector between) that
-neither takes nor hands over an epilogue (runtime/handoff.py) nor runs in a pair (runtime/pairs.py) branches off,
-and only where nothing between the fork and the join but convs (and aliases) runs: none of them writes a tensor in
-place. Its input and output stay referenced until the join, so the graph's memory pool cannot hand them to a
-later node of the main stream that could run before the branch is done. The eager path runs in program order.
-`SNN_BRANCHES=0` keeps every conv on the one stream.
+program order it runs between conv1 and conv2 and the chain waits for it. At batch 1 it and conv2 run side by side
+sooner than one after the other (docs/graphs.md, "Side branches"), so in a captured graph (runtime/graph.py) it is
+recorded on a stream of its own: forked after its input's producer, joined by the first op that reads its value.
+Only a conv with a fixed kernel (no selector between) that neither takes nor hands over an epilogue
+(runtime/handoff.py) nor runs in a pair (runtime/pairs.py) branches off, and only where nothing between the fork
+and the join but convs (and aliases) runs: none of them writes a tensor in place. Its input and output stay
+referenced until the join, so the graph's memory pool cannot hand them to a later node of the main stream that
+could run before the branch is done. The eager path runs in program order. `SNN_BRANCHES=0` keeps every conv on
+the one stream.
 """
 from __future__ import annotations
 

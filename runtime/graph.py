@@ -232,8 +232,8 @@ class Capture:
         self.pairs: dict[str, tuple[str, str]] = {}   # first conv -> (second conv, the pair kernel: pairs.py)
         self._paired: dict[str, tuple] = {}             # second conv -> (its value, the pair kernel that made it)
         self.branches: set[str] = set()       # convs recorded on the side branch (runtime/branches.py)
-        self._forks: dict[str, tuple] = {}    # value on the side branch -> (its end, what stays referenced till the join)
-        self.joins: list[tuple[str, str]] = []  # (forked value, the op that joined it), in capture order
+        self._forks: dict[str, tuple] = {}    # value on the side branch -> (its end, what stays referenced)
+        self.joins: list[tuple[str, str | None]] = []  # (forked value, the op joining it; None: a split, the end)
         self._aliases = handoff.value_aliases(ex.ops)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
