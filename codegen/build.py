@@ -328,6 +328,11 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     return out
 
 
+def _planned_layers(plans) -> set[int]:
+    """The indices of the layers some batch's plan holds (the sparse-eligible convs)."""
+    return {lp.layer.index for plan in plans.values() for lp in plan.layers}
+
+
 def _direct_kernels(stages, net, plans, wanted, emitted) -> dict:
     """The direct kernel (codegen/direct.py) of each conv that no plan holds (it never runs sparse: the image's) and
     that the kernel takes, per batch, rendered into `wanted` / `emitted`: {conv name: {batch: kernel}}."""
@@ -335,7 +340,7 @@ def _direct_kernels(stages, net, plans, wanted, emitted) -> dict:
     direct = stages.direct
     if direct is None:
         return out
-    planned = {lp.layer.index for plan in plans.values() for lp in plan.layers}
+    planned = _planned_layers(plans)
     for conv in net.convs:
         if conv.index in planned or not direct.eligible(conv.shape, conv.groups):
             continue
@@ -492,7 +497,7 @@ def _pair_candidates(stages, gpu, net, plans, wanted, emitted) -> dict:
     if pair is None:
         return out
     clusters = bool(getattr(gpu, "has_clusters", False))
-    planned = {lp.layer.index for plan in plans.values() for lp in plan.layers}
+    planned = _planned_layers(plans)
     for a, b2 in net.conv_pairs:
         if a.index not in planned or b2.index not in planned:
             continue
