@@ -357,9 +357,12 @@ class Capture:
             consumer = self.handoffs.get(op.name)
             N, P, Q = shape.N, shape.P, shape.Q
             kernel = table.kernel(fixed)
+
+            def output(s):             # a new NHWC value of conv shape s
+                return torch.empty(B, s.N, s.P, s.Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
             if (op.name in self.branches and consumer is None and in_epi is None and target is None
                     and op.name not in self.pairs):   # beside the next convs, joined by its first reader
-                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                value = output(shape)
                 self._fork(op.name, lambda: ex.sparse_conv(op, kernel, inp, value, epi), (inp, value))
                 trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
                 return value
@@ -380,9 +383,8 @@ class Capture:
                 pair = None            # not as the pair kernel takes it: each conv on its own kernel
             if pair is not None:       # this conv and the next, which reads its value, in one launch
                 second, pk = pair
-                sop, s2 = ex.conv_op(second), ex.convs[second].shape
-                value = torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
-                value2 = torch.empty(B, s2.N, s2.P, s2.Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
+                sop = ex.conv_op(second)
+                value, value2 = output(shape), output(ex.convs[second].shape)
                 cleared = ex.pair_conv(op, sop, pk, inp, value, value2, epi, ex.epilogue_of(sop, {}, counters),
                                        in_epi, zero)
                 self._paired[second] = (value2, pk)
@@ -391,15 +393,13 @@ class Capture:
                 y = region.view.as_strided((B, N, P, Q), (P * Q * N, 1, Q * N, N))
                 cleared = ex.sparse_conv(op, kernel, inp, y, epi, in_epi, into=y, zero=zero)
                 # where later ops read the value, the consumer stores it here as it stages it
-                value = (torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype, memory_format=cl)
-                         if op.name in self.stored else y)
+                value = output(shape) if op.name in self.stored else y
                 self._pending[consumer] = InputEpilogue(epi.bias, epi.counters, epi.slot, epi.residual,
                                                         value if op.name in self.stored else None, y)
                 self._regions[consumer] = region
             else:
                 into = target is not None and ex.stores_slice(kernel, epi, target)
-                value = target if into else torch.empty(B, N, P, Q, device=inp.device, dtype=inp.dtype,
-                                                        memory_format=cl)
+                value = target if into else output(shape)
                 cleared = ex.sparse_conv(op, kernel, inp, value, epi, in_epi, zero=zero, zeroed=into)
             if cleared:
                 self.sums.cleared(span)
