@@ -152,3 +152,13 @@ def pretend_spilled(monkeypatch, kernel: str) -> None:
     real = build_mod.problems
     monkeypatch.setattr(build_mod, "problems", lambda rec: ["4 bytes spill stores"] if rec["kernel"] == kernel
                         else real(rec))
+
+
+def build_small_spec(tmp_path, monkeypatch, text: str, batches: list[int], levels: str = "0.5"):
+    """`text` as tmp_path/net.yaml, built for h100 with the real stages (nvcc; cubins cached under tmp_path/cubins)
+    into tmp_path/gen: (the spec's path, the BuildResult)."""
+    from snn.codegen import build as build_mod
+    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
+    spec = tmp_path / "net.yaml"
+    spec.write_text(text)
+    return spec, build_mod.build_spec(str(spec), "h100", batches, out=tmp_path / "gen", levels=levels)

@@ -10,6 +10,7 @@ from snn.codegen import direct
 from snn.codegen.emit import CONV_ARGS
 from snn.codegen.spec import ConvShape, load_spec, parse_spec
 
+from buildfakes import build_small_spec
 from test_precision import needs_nvcc
 
 STEM = ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3))       # ResNet's and DenseNet's
@@ -69,14 +70,10 @@ nodes:
 
 @needs_nvcc
 def test_build_records_the_images_conv_per_batch_and_the_loader_checks_it(tmp_path, monkeypatch):
-    from snn.codegen import build as build_mod
     from snn.runtime import manifest
     from test_runtime_cpu import H100_CC
-    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
-    spec = tmp_path / "net.yaml"
-    spec.write_text(NET)
+    spec, r = build_small_spec(tmp_path, monkeypatch, NET, [1, 2])
     net = load_spec(spec)
-    r = build_mod.build_spec(str(spec), "h100", [1, 2], out=tmp_path / "gen", levels="0.5")
     m = r.manifest
     stem = net.convs[0].shape
     assert m["direct"] == {"stem": {"1": direct.CONFIG.name(stem, 1), "2": direct.CONFIG.name(stem, 2)}}

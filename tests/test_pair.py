@@ -11,6 +11,7 @@ from snn.codegen.dense import SMEM_LIMIT
 from snn.codegen.emit import CONV_ARGS, IN_ARGS, ZERO_ARGS
 from snn.codegen.spec import ConvShape, load_spec, parse_spec
 
+from buildfakes import build_small_spec
 from test_precision import needs_nvcc
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,13 +75,9 @@ def test_resnet_pairs_are_each_blocks_last_conv_and_the_next_blocks_first():
 
 @needs_nvcc
 def test_build_offers_pair_kernels_in_the_first_layers_entry(tmp_path, monkeypatch):
-    from snn.codegen import build as build_mod
-    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
-    spec = tmp_path / "pairs.yaml"
-    spec.write_text(BLOCKS)
+    spec, r = build_small_spec(tmp_path, monkeypatch, BLOCKS, [1, 2])
     net = load_spec(spec)
     assert [(a.name, b.name) for a, b in net.conv_pairs if pair.eligible(a.shape, b.shape)] == [("a.conv3", "b.conv1")]
-    r = build_mod.build_spec(str(spec), "h100", [1, 2], out=tmp_path / "gen", levels="0.5")
     m = r.manifest
     layers = {lay["name"]: lay for lay in m["layers"]}
     offered = layers["a.conv3"]["batches"]["1"]["pair"]
