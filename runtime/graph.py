@@ -228,6 +228,7 @@ class Capture:
         self._cleared = False                 # a sums region was cleared on the side branch (joined at the end)
         self._pending: dict[str, InputEpilogue] = {}
         self._regions: dict[str, handoff.Region] = {}   # consumer -> the sums region it reads
+        self._last_read = None                # event after the latest consumer of a region (this graph's)
         self.sums = None
         self.pairs: dict[str, tuple[str, str]] = {}   # first conv -> (second conv, the pair kernel: pairs.py)
         self._paired: dict[str, tuple] = {}             # second conv -> (its value, the pair kernel that made it)
@@ -404,8 +405,10 @@ class Capture:
             if cleared:
                 self.sums.cleared(span)
             read = self._regions.pop(op.name, None)   # a handed-off producer's region (none for a pre-activation)
-            if read is not None and self.sums.consumed(read):
-                self._clear()          # read regions pile up: one fill beside the next convs
+            if read is not None:
+                self._read_done()
+                if self.sums.consumed(read):
+                    self._clear()      # read regions pile up: one fill beside the next convs
             trace.append(LayerTrace(conv.index, conv.name, None, "device", None, None))
             return value
         handle = self._new_handle(table.branches)
@@ -435,7 +438,7 @@ class Capture:
         for v in list(self._forks):
             self._join(v, None)
         if self.sums is not None and self.sums.dirty():
-            self._clear()
+            self._clear(self._last_read)   # beside the pass's tail, not after it
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
 
@@ -449,13 +452,18 @@ class Capture:
             self._cleared = False
         if self.sums is not None:
             self.sums.settle()
+        self._last_read = None                 # an event of the last graph: the next cannot wait for it
         self.parts.next()
 
-    def _clear(self):
+    def _clear(self, after=None):
         """Zero the sums regions their consumers have read, on a side branch of the graph (it overlaps the next
-        convs); the event marks that clear for the regions' next producers (`_await`)."""
+        convs); the event marks that clear for the regions' next producers (`_await`). after: the event of the last
+        of those consumers, where it is known, so that the clear need not wait for what was recorded since."""
         torch = self.torch
-        self.clear_stream.wait_stream(torch.cuda.current_stream())
+        if after is not None:
+            self.clear_stream.wait_event(after)
+        else:
+            self.clear_stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(self.clear_stream):
             for start, end in self.sums.dirty():
                 self.sums.buf[start:end].zero_()
@@ -463,6 +471,11 @@ class Capture:
             done.record()
         self._cleared = True
         self.sums.clearing(done)
+
+    def _read_done(self):
+        """After a consumer of a sums region is recorded: the event the end's clear waits for (finish)."""
+        self._last_read = self.torch.cuda.Event()
+        self._last_read.record()
 
     def _fork(self, name, record, keep):
         """Record `record` (the conv `name`) on the side branch, after everything recorded so far; `keep` (its

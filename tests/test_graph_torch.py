@@ -17,7 +17,8 @@ class CpuCapture(graph.Capture):
     def _prepare(self):
         pass
 
-    def _clear(self):  # one stream on the CPU: cleared at once, as the side branch does before reuse
+    def _clear(self, after=None):  # one stream on the CPU: cleared at once, as the side branch does before reuse
+        self.clears_after = getattr(self, "clears_after", []) + [after]
         self.side_cleared = getattr(self, "side_cleared", 0) + sum(r.state == "dirty" for r in self.sums.live)
         for span in self.sums.dirty():
             self.sums.buf[span[0]:span[1]].zero_()
@@ -25,6 +26,10 @@ class CpuCapture(graph.Capture):
 
     def _await(self, events):
         assert events == []
+
+    def _read_done(self):
+        self.reads_done = getattr(self, "reads_done", 0) + 1
+        self._last_read = ("read", self.reads_done)
 
     def _fork(self, name, record, keep):  # one stream on the CPU: recorded at once, joined later
         record()

@@ -83,16 +83,20 @@ def test_a_residual_block_output_is_handed_off_and_stored(tiny):
 @pytest.mark.parametrize("zero", [False, True])
 def test_read_regions_are_cleared_by_the_next_launch_that_can(tiny, zero):
     """Kernels that take a range to zero (emit.ZERO_ARGS) clear the regions read before them: no fill of the
-    graph's own (without them an epilogue launch or a fill does). Either way the logits are the reference's and
-    the buffer is zero at the end (the next replay starts from zeros)."""
+    graph's own (without them an epilogue launch or a fill does, the end's after the last consumer, beside the
+    pass's tail). Either way the logits are the reference's and the buffer is zero at the end (the next replay
+    starts from zeros)."""
     sd = weights.random_init(tiny, seed=5)
     x = torch.randn(2, 3, 20, 20)
     _, cap, y = capture(tiny, split_cache(tiny, in_res=True, zero=zero), x, sd)
     assert len(cap.handoffs) == 2
     assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
     assert not bool(cap.sums.buf.any()) and cap.sums.dirty() == []
+    assert cap.reads_done == 2
     if zero:
         assert getattr(cap, "side_cleared", 0) == 0
+    else:   # the end's fill waits for the last consumer only, not for the ops recorded after it
+        assert cap.clears_after[-1] == ("read", 2)
 
 
 def test_a_stored_value_the_consumer_does_not_store_shows_in_the_logits(tiny, monkeypatch):
