@@ -453,7 +453,7 @@ class Executor:
                 env[op.name] = F.avg_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
                                             ceil_mode=a["ceil_mode"])
             elif op.kind == "adaptive_avgpool":
-                env[op.name] = _adaptive_avgpool(F, env[op.inputs[0]], a["size"])
+                env[op.name] = F.adaptive_avg_pool2d(env[op.inputs[0]], a["size"])
             elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
                 parts = [env[v] for v in op.inputs]
                 buf = self._chain_buffer(blocks, a["buffer"], a["total"], parts[0])
@@ -569,14 +569,6 @@ class Executor:
         if sync:
             self.torch.cuda.synchronize()
         return (time.perf_counter() - t0) * 1e3
-
-
-def _adaptive_avgpool(F, x, size):
-    """A pool to one pixel (global average pooling) as one window over the whole map: torch's NHWC average pool has a
-    thread per channel, its mean a reduction that runs the channels-last map on a few blocks."""
-    if size in (1, (1, 1), [1, 1]):
-        return F.avg_pool2d(x, tuple(x.shape[-2:]))
-    return F.adaptive_avg_pool2d(x, size)
 
 
 def _cast(prog: Program, dtype) -> None:

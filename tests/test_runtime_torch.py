@@ -85,18 +85,6 @@ def rel_err(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
-@pytest.mark.parametrize("size", [1, (1, 1), [1, 1], (2, 3)])
-def test_a_pool_to_one_pixel_is_one_window_over_the_map(size):
-    """Global average pooling runs as torch's average pool over the whole map (a thread per channel, NHWC) and
-    gives adaptive pooling's values; other output sizes stay adaptive pooling."""
-    F = torch.nn.functional
-    x = torch.randn(2, 16, 7, 5).contiguous(memory_format=torch.channels_last)
-    y = executor._adaptive_avgpool(F, x, size)
-    want = F.adaptive_avg_pool2d(x.double(), size)
-    assert y.shape == want.shape
-    assert torch.allclose(y.double(), want, rtol=1e-6, atol=1e-7)
-
-
 def test_executor_dense_matches_reference(tiny):
     sd = weights.random_init(tiny, seed=1)
     ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu")
