@@ -239,6 +239,7 @@ class Executor:
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
+        self._pool_weights: dict[int, object] = {}   # pixels of a map -> 1 / pixels as a row (_pool_to_one)
         self.tensorcore = None  # 16 bits: runtime/tensorcore.TensorCoreConvs, where the bundle has such kernels
         self._workspace_cache: dict[str, dict] = {}
         self._last_trace: list[LayerTrace] | Callable[[], list[LayerTrace]] = []
@@ -453,7 +454,7 @@ class Executor:
                 env[op.name] = F.avg_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
                                             ceil_mode=a["ceil_mode"])
             elif op.kind == "adaptive_avgpool":
-                env[op.name] = F.adaptive_avg_pool2d(env[op.inputs[0]], a["size"])
+                env[op.name] = self._adaptive_avgpool(env[op.inputs[0]], a["size"])
             elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
                 parts = [env[v] for v in op.inputs]
                 buf = self._chain_buffer(blocks, a["buffer"], a["total"], parts[0])
@@ -472,6 +473,22 @@ class Executor:
                 env.pop(v, None)
         self.last_trace = trace
         return env[prog.output]
+
+    def _adaptive_avgpool(self, x, size):
+        """A pool to one pixel in FP32 (the global pool before a classifier) as one small matmul of the map's pixels
+        with a row of 1 / pixels: cuBLAS's gemv took 2.6 us at batch 1 against 4.5 for torch's mean reduction, which
+        runs a channels-last map on a few blocks (docs/results/fusion/h200/ends/gap_probe.log). The row is made on
+        first use, which the graph's eager warm-up is; a first use inside a capture pools as torch does."""
+        torch = self.torch
+        B, C, H, W = x.shape
+        w = self._pool_weights.get(H * W)
+        if size not in (1, (1, 1), [1, 1]) or x.dtype != torch.float32 or (
+                w is None and x.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return torch.nn.functional.adaptive_avg_pool2d(x, size)
+        if w is None:
+            w = self._pool_weights[H * W] = torch.full((1, H * W), 1.0 / (H * W), device=x.device)
+        x = x.contiguous(memory_format=torch.channels_last)   # its pixels x channels: a view
+        return torch.matmul(w, x.permute(0, 2, 3, 1).reshape(B, H * W, C)).view(B, C, 1, 1)
 
     def _maxpool(self, x, a: dict, counters=None):
         """On the bundle's max-pool kernel where the backend has one that takes x, else torch's. With attrs

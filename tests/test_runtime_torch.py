@@ -85,6 +85,22 @@ def rel_err(a, b):
     return ((a.double() - b.double()).abs().max() / b.double().abs().max()).item()
 
 
+@pytest.mark.parametrize("size", [1, (1, 1), (2, 3)])
+def test_a_pool_to_one_pixel_is_a_matmul_with_one_over_the_pixels(tiny, size):
+    """Global average pooling (FP32) as a matmul of the channels-last map's pixels with a row of 1 / pixels, made
+    once per map size; its values are adaptive pooling's. Other output sizes and 16 bits stay adaptive pooling."""
+    ex = executor.Executor(tiny, weights.random_init(tiny, seed=1), executor.TorchBackend(), None, device="cpu")
+    F = torch.nn.functional
+    x = torch.randn(2, 16, 7, 5).contiguous(memory_format=torch.channels_last)
+    for xs in (x, x.contiguous()):
+        y = ex._adaptive_avgpool(xs, size)
+        want = F.adaptive_avg_pool2d(x.double(), size)
+        assert y.shape == want.shape and torch.allclose(y.double(), want, rtol=1e-6, atol=1e-7)
+    assert list(ex._pool_weights) == ([35] if size != (2, 3) else [])
+    h = x.to(torch.bfloat16)
+    assert torch.equal(ex._adaptive_avgpool(h, size), F.adaptive_avg_pool2d(h, size))
+
+
 def test_executor_dense_matches_reference(tiny):
     sd = weights.random_init(tiny, seed=1)
     ex = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu")
