@@ -344,10 +344,11 @@ def _direct_kernels(stages, net, plans, wanted, emitted) -> dict:
     for conv in net.convs:
         if conv.index in planned or not direct.eligible(conv.shape, conv.groups):
             continue
+        cfg = dataclasses.replace(direct.CONFIG, nchw=conv.input_op == "input")   # the image: as the caller holds it
         for b in plans:
-            k = direct.emitted(conv.shape, b)
+            k = direct.emitted(conv.shape, b, cfg)
             emitted.setdefault(k.name, k)
-            wanted.setdefault(k.name, (conv.shape, b, direct.CONFIG))
+            wanted.setdefault(k.name, (conv.shape, b, cfg))
             out.setdefault(conv.name, {})[str(b)] = k.name
     return out
 
@@ -541,6 +542,7 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
                          "batch": b,
                          "config": config.to_dict(), "steps": k.steps, "workspace": k.workspace,
                          "weight_layout": k.weight_layout, "epilogue": k.epilogue, **resources(records[name]),
+                         **({"input_layout": k.input_layout} if k.input_layout != "NHWC" else {}),
                          "estimate": {"registers": int(regs), "smem": int(smem)}}
 
     layers = []

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .cache import file_sha256, write_if_changed
 
-FORMAT = 1
+FORMAT = 2           # 2: a direct kernel may read its input NCHW (its entry's "input_layout")
 MANIFEST = "manifest.json"
 CUBINS = "cubins"
 SOURCES = "src"

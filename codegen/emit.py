@@ -52,6 +52,7 @@ class EmittedKernel:
     weight_layout: str = "CRSN"
     epilogue: bool = False   # the launch applies bias / residual / ReLU / zero count itself (CONV_ARGS)
     precision: str = "fp32"  # the activations' (PRECISIONS)
+    input_layout: str = "NHWC"   # the activations it reads: NCHW for the image's direct kernel (codegen/direct.py)
 
 
 @lru_cache(maxsize=1)

@@ -151,8 +151,13 @@ class KernelRunner:
         entry = {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": kernel.epilogue}
         if kernel.name not in self._ws:
             self._ws[kernel.name] = workspace(self.torch, kernel.workspace, "cuda")
-        # NHWC in and out as the NCHW-shaped (channels_last) views the runtime passes (their pixel pitch read there)
-        self.backend.sparse_conv(kernel.name, entry, x.permute(0, 3, 1, 2), w, out.permute(0, 3, 1, 2),
+        # NHWC in and out as the NCHW-shaped (channels_last) views the runtime passes (their pixel pitch read there);
+        # the input NCHW for a kernel that reads it so (the image's direct kernel)
+        xin = x.permute(0, 3, 1, 2)
+        if kernel.input_layout == "NCHW":
+            entry["input_layout"] = "NCHW"
+            xin = xin.contiguous()
+        self.backend.sparse_conv(kernel.name, entry, xin, w, out.permute(0, 3, 1, 2),
                                  self._ws[kernel.name], None, epi, in_epi, zero=zero, zeroed=zeroed)
 
     def check_conv(self, kernel: EmittedKernel, shape: ConvShape, batch: int, sparsity: float, gen,

@@ -239,7 +239,8 @@ class Executor:
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
-        self._pool_weights: dict[int, object] = {}   # pixels of a map -> 1 / pixels as a row (_pool_to_one)
+        self._pool_weights: dict[int, object] = {}   # pixels of a map -> 1 / pixels as a row (_adaptive_avgpool)
+        self._as_given: dict[int, bool] = {}         # batch -> whether the image stays NCHW (_image_as_given)
         self.tensorcore = None  # 16 bits: runtime/tensorcore.TensorCoreConvs, where the bundle has such kernels
         self._workspace_cache: dict[str, dict] = {}
         self._last_trace: list[LayerTrace] | Callable[[], list[LayerTrace]] = []
@@ -401,7 +402,8 @@ class Executor:
                 counters.zero_()  # a memset node: every replay starts from zero
         else:
             counters = torch.zeros(max(1, len(prog.slots)), dtype=torch.int64, device=self.device) if count else None
-        env = {prog.input_name: x.to(self.device, self.dtype).contiguous(memory_format=cl)}
+        x = x.to(self.device, self.dtype)
+        env = {prog.input_name: x if self._image_as_given(B) else x.contiguous(memory_format=cl)}
         blocks: dict[str, object] = {}  # concat chain -> its buffer (lowering's _concat_chains)
         trace: list[LayerTrace] = []
         sync = self.trace and self.device.type == "cuda" and capture is None
@@ -473,6 +475,18 @@ class Executor:
                 env.pop(v, None)
         self.last_trace = trace
         return env[prog.output]
+
+    def _image_as_given(self, B) -> bool:
+        """Whether the image stays in the caller's layout: every op that reads it is a conv whose direct kernel reads
+        it NCHW (codegen/direct.py) and will run (no sparse kernel to dispatch to), so no copy to channels-last."""
+        if B not in self._as_given:
+            prog = self.program
+            readers = [op for op in prog.ops if prog.input_name in op.inputs]
+            self._as_given[B] = self.cache is not None and bool(readers) and all(
+                op.kind == "conv" and op.name not in prog.eligible
+                and (k := self.cache.direct_kernel(op.name, B)) is not None
+                and self.cache.kernel(k).get("input_layout") == "NCHW" for op in readers)
+        return self._as_given[B]
 
     def _adaptive_avgpool(self, x, size):
         """A pool to one pixel in FP32 (the global pool before a classifier) as one small matmul of the map's pixels
@@ -565,7 +579,8 @@ class Executor:
         t0 = self._tick(sync)
         if direct is not None:  # the image's conv on the bundle's direct kernel (codegen/direct.py), not cuDNN's
             out = torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
-            self.sparse_conv(op, direct, inp.contiguous(memory_format=cl), out, epi)
+            nchw = self.cache.kernel(direct).get("input_layout") == "NCHW"
+            self.sparse_conv(op, direct, inp.contiguous() if nchw else inp.contiguous(memory_format=cl), out, epi)
         elif kernel is None:
             out = self.dense_conv(op, inp, epi)
         else:

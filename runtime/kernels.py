@@ -134,6 +134,10 @@ def input_pitch(name: str, kentry: dict, inp) -> int:
     (emit.IN_BN_ARGS: C for a dense input, more for the first channels of a wider one, then whole 16-byte vectors:
     a multiple of 4 floats from a 16-byte-aligned start), else C; RunError where the kernel cannot read inp."""
     c = inp.shape[1]
+    if kentry.get("input_layout") == "NCHW":   # the image's direct kernel (codegen/direct.py)
+        if not inp.is_contiguous():
+            raise RunError(f"kernel '{name}' reads a dense NCHW input")
+        return c
     ld = pixel_pitch(inp)
     if not takes_input_bn(kentry):
         if ld is not None and ld != c:

@@ -256,6 +256,10 @@ def load(path: str | Path, net: Network, spec_path: str, batch: int,
             bad = _shape_mismatch(data["kernels"][k].get("shape") or {}, convs[name].shape)
             if bad:
                 raise stale(f"direct conv '{name}': kernel {k} was built for another shape ({bad})")
+            layout = data["kernels"][k].get("input_layout", "NHWC")
+            if layout not in ("NHWC", "NCHW") or (layout == "NCHW" and convs[name].input_op != "input"):
+                raise stale(f"direct conv '{name}': kernel {k} reads its input as {layout!r}; only the image's conv "
+                            f"reads NCHW, the rest NHWC")
     for k, kern in data["kernels"].items():
         for key in ("cubin", "steps"):
             if key not in kern:

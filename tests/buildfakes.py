@@ -45,6 +45,7 @@ class EmittedKernel:
     workspace: dict
     weight_layout: str = "CRSN"
     epilogue: bool = False
+    input_layout: str = "NHWC"
 
 
 def fake_config(shape, level) -> KernelConfig:

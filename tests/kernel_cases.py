@@ -192,8 +192,11 @@ def pair_cases() -> list[tuple]:
 
 def direct_cases() -> list[tuple]:
     """The direct kernel for the image's conv (codegen/direct.py): ResNet's 7x7 stem at batch 1 and 2, VGG's 3x3,
-    ragged tiles with two 64-channel tiles, a 5x5 over 4 channels; the four epilogue forms over the six."""
+    ragged tiles with two 64-channel tiles, a 5x5 over 4 channels; the four epilogue forms over the six; each reading
+    its input NCHW, and the first and last NHWC too."""
     cases = [(ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)), 1), (ConvShape(3, 64, 224, 224, 7, 7, (2, 2), (3, 3)), 2),
              (ConvShape(3, 64, 224, 224, 3, 3, (1, 1), (1, 1)), 1), (ConvShape(3, 128, 13, 11, 3, 3, (2, 2), (1, 1)), 1),
              (ConvShape(3, 128, 13, 11, 3, 3, (2, 2), (1, 1)), 3), (ConvShape(4, 64, 9, 10, 5, 5, (1, 1), (2, 2)), 2)]
-    return [(direct.emitted(sh, b), sh, b) for sh, b in cases]
+    image = dataclasses.replace(direct.CONFIG, nchw=True)     # reading the image NCHW, as the build emits it
+    return ([(direct.emitted(sh, b, image), sh, b) for sh, b in cases]
+            + [(direct.emitted(sh, b), sh, b) for sh, b in (cases[0], cases[-1])])   # and NHWC

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from snn import cli
 from buildfakes import GPU, FakePlanner, FakeRenderer, fake_config, fake_stages
 from snn.codegen import build as buildmod
+from snn.codegen import bundle
 from snn.codegen import compile as compilemod
 from snn.codegen.build import build, parse_batches, parse_levels
 from snn.codegen.cache import CubinCache, file_sha256
@@ -84,7 +85,7 @@ def test_first_build_writes_sources_cubins_and_manifest(env):
     assert {k: m[k] for k in ("network", "gpu", "arch", "compute_capability", "batches", "levels", "nvcc")} == {
         "network": "tiny", "gpu": "h100", "arch": "sm_90", "compute_capability": [9, 0], "batches": [1],
         "levels": [0.5, 0.8], "nvcc": toolchain(os.environ["NVCC"], env.cache).version}
-    assert m["format"] == 1 and m["spec"] == "spec.yaml"
+    assert m["format"] == bundle.FORMAT and m["spec"] == "spec.yaml"
     assert m["epilogue"]["function"] == "snn_epilogue" and m["epilogue"]["cubin"] == "cubins/snn_epilogue.cubin"
     for name, k in m["kernels"].items():
         assert k["cubin"] == f"cubins/{name}.cubin"  # inside the bundle, relative

@@ -2,6 +2,7 @@
 compilation, the build recording it as the manifest's "direct", the loader checking that, and a pass running it in
 place of cuDNN (TorchBackend's emulation; the kernel itself is checked against float64 on the GPU,
 tests/gpu/test_kernels.py)."""
+import dataclasses
 import json
 
 import pytest
@@ -76,9 +77,12 @@ def test_build_records_the_images_conv_per_batch_and_the_loader_checks_it(tmp_pa
     net = load_spec(spec)
     m = r.manifest
     stem = net.convs[0].shape
-    assert m["direct"] == {"stem": {"1": direct.CONFIG.name(stem, 1), "2": direct.CONFIG.name(stem, 2)}}
+    image = dataclasses.replace(direct.CONFIG, nchw=True)   # it reads the image: NCHW, as the caller holds it
+    assert m["direct"] == {"stem": {"1": image.name(stem, 1), "2": image.name(stem, 2)}}
     k = m["kernels"][m["direct"]["stem"]["2"]]
-    assert k["config"] == {"family": "direct", "th": 4, "tw": 8, "threads": 128} and k["batch"] == 2 and k["epilogue"]
+    assert k["config"] == {"family": "direct", "th": 4, "tw": 8, "threads": 128, "nchw": True} and k["batch"] == 2
+    assert k["epilogue"] and k["input_layout"] == "NCHW"
+    assert all("input_layout" not in e for n, e in m["kernels"].items() if n not in m["direct"]["stem"].values())
     assert [lay["name"] for lay in m["layers"]] == ["a"]   # the stem is no planned layer
     cache = manifest.load(r.manifest_path, net, str(spec), 2, H100_CC)
     assert cache.direct_kernel("stem", 2) == m["direct"]["stem"]["2"] and cache.direct_kernel("a", 2) is None
@@ -86,6 +90,13 @@ def test_build_records_the_images_conv_per_batch_and_the_loader_checks_it(tmp_pa
     for bad in ({"stem": {"2": "nope"}}, {"ghost": {"2": m["direct"]["stem"]["2"]}}):
         r.manifest_path.write_text(json.dumps({**m, "direct": bad}))
         with pytest.raises(manifest.CacheError, match="direct.*rebuild with"):
+            manifest.load(r.manifest_path, net, str(spec), 2, H100_CC)
+    # an entry whose layout is unknown, or NCHW for a conv that does not read the image, is refused too
+    name = m["direct"]["stem"]["2"]
+    for layout, direct_map in (("NWHC", m["direct"]), ("NCHW", {"a": {"2": name}})):
+        kernels = {**m["kernels"], name: {**m["kernels"][name], "input_layout": layout}}
+        r.manifest_path.write_text(json.dumps({**m, "kernels": kernels, "direct": direct_map}))
+        with pytest.raises(manifest.CacheError, match="reads its input as|another shape"):
             manifest.load(r.manifest_path, net, str(spec), 2, H100_CC)
 
 
@@ -101,15 +112,23 @@ def test_a_pass_runs_the_images_conv_on_it_and_matches_the_reference():
     sd = weights.random_init(net, seed=3)
     x = torch.randn(2, 3, 16, 16)
     ref = executor.reference(net, sd, x.double())
-    k = direct.emitted(net.convs[0].shape, 2)
+    k = direct.emitted(net.convs[0].shape, 2, dataclasses.replace(direct.CONFIG, nchw=True))
     kernels = {k.name: {"cubin": "/fake.cubin", "steps": k.steps, "workspace": {}, "weight_layout": "CRSN",
-                        "epilogue": True}}
+                        "epilogue": True, "input_layout": k.input_layout}}
     data = {"batches": [2], "kernels": kernels, "layers": [], "epilogue": {}, "direct": {"stem": {"2": k.name}}}
     cache = manifest.Cache(Path("fake/manifest.json"), data, "net.yaml", "fake", {})
-    be = executor.TorchBackend()
+    got = []
+
+    class Backend(executor.TorchBackend):   # what the kernel is given: the image as the caller holds it, NCHW
+        def sparse_conv(self, name, kentry, inp, *a, **kw):
+            got.append(inp.is_contiguous())
+            return super().sparse_conv(name, kentry, inp, *a, **kw)
+    be = Backend()
     ex = executor.Executor(net, sd, be, cache, device="cpu", force="auto")
     y = ex.forward(x)
-    assert be.sparse_calls == [k.name] and rel_err(y, ref) < 1e-5
+    assert be.sparse_calls == [k.name] and rel_err(y, ref) < 1e-5 and got == [True]
+    ex.forward(x.contiguous(memory_format=torch.channels_last))   # a channels-last image: made NCHW for it
+    assert got == [True, True]
     trace = {t.name: t for t in ex.last_trace}
     assert trace["stem"].path == "dense" and trace["stem"].kernel == k.name
     be2 = executor.TorchBackend()   # a batch it was not built for: cuDNN's (torch's) conv

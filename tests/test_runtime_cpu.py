@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from snn import cli
+from snn.codegen import bundle
 from snn.codegen.spec import load_spec
 from snn.runtime import dispatch, images, manifest
 from snn.runtime.errors import RunError
@@ -126,7 +127,7 @@ def make_cache(tmp_path, net, batches=(1, 8), cc=(9, 0), gpu="h100", layers=None
                         "batches": {str(b): {"threshold": 0.5, "threshold_source": "default",
                                              "levels": {"0.40": {"kernel": name, "predicted_us": 1.0}}}
                                     for b in batches}})
-    doc = {"format": 1, "network": net.name, "gpu": gpu, "arch": f"sm_{cc[0]}{cc[1]}", "compute_capability": list(cc),
+    doc = {"format": bundle.FORMAT, "network": net.name, "gpu": gpu, "arch": f"sm_{cc[0]}{cc[1]}", "compute_capability": list(cc),
            "batches": list(batches), "levels": [0.4], "nvcc": "13.0",
            "epilogue": {"cubin": str(epi.relative_to(d)), "function": "snn_epilogue"}, "kernels": kernels,
            "layers": entries}
@@ -185,7 +186,7 @@ def test_manifest_locate_auto_picks_the_build_for_this_gpu(tmp_path, net):
     (lambda d: [k.update(cubin="/nonexistent/x.cubin") for k in d["kernels"].values()], "is not a path inside"),
     (lambda d: [k.update(cubin="cubins/gone.cubin") for k in d["kernels"].values()], "cubins/gone.cubin is missing"),
     (lambda d: d["epilogue"].update(cubin="../e.cubin"), "<epilogue>: cubin path '../e.cubin' is not a path inside"),
-    (lambda d: d.pop("format"), "bundle format None, this snn reads format 1"),
+    (lambda d: d.pop("format"), f"bundle format None, this snn reads format {bundle.FORMAT}"),
 ])
 def test_manifest_stale_is_one_line_with_rebuild_command(tmp_path, net, mutate, needle):
     path, doc = make_cache(tmp_path, net)
