@@ -26,6 +26,7 @@ torchvision = pytest.importorskip("torchvision")
 from click.testing import CliRunner  # noqa: E402
 
 from snn import cli  # noqa: E402
+from snn.codegen import bundle  # noqa: E402
 from snn.codegen.spec import load_spec  # noqa: E402
 from snn.runtime import dispatch, executor, manifest, weights  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
@@ -128,7 +129,7 @@ def build_standin_cache(root: Path, net, batches, threshold=0.5, eligible_only=N
             str(b): {"threshold": threshold, "threshold_source": "default",
                      "levels": {f"{l:.2f}": {"kernel": f"naive_{c.shape.tag()}_b{b}", "predicted_us": 1.0,
                                              "measured_us": None} for l in LEVELS}} for b in batches}})
-    doc = {"format": 1, "network": net.name, "gpu": "standin", "arch": arch, "compute_capability": list(cc),
+    doc = {"format": bundle.FORMAT, "network": net.name, "gpu": "standin", "arch": arch, "compute_capability": list(cc),
            "batches": list(batches), "levels": list(LEVELS), "nvcc": "test",
            "epilogue": {"cubin": "epilogue.cubin", "function": "snn_epilogue"},
            "kernels": kernels, "layers": layers}
