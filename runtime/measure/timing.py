@@ -291,12 +291,13 @@ def event_times_us(torch, fns, flush, reps: int, sync) -> tuple[list[float], dic
 
 def activity_kind(name: str) -> str:
     """What a GPU activity of a forward pass is, from its name: snn's sparse convs (sconv_*), dense FP32 convs
-    (dconv_*), pairs of 1x1 convs in one launch (dpair_*) and tensor-core convs (tconv_*), epilogues and selectors,
-    memsets and copies, cuDNN's convolutions, everything else (pooling, concat, classifier)."""
+    (dconv_*, and the image's direct conv, dirconv_*), pairs of 1x1 convs in one launch (dpair_*) and tensor-core
+    convs (tconv_*), epilogues and selectors, memsets and copies, cuDNN's convolutions, everything else (pooling,
+    concat, classifier)."""
     n = name.lower()
     if n.startswith("sconv_"):
         return "sparse conv"
-    if n.startswith("dconv_"):
+    if n.startswith(("dconv_", "dirconv_")):
         return "dense conv (snn)"
     if n.startswith("dpair_"):
         return "conv pair (snn)"
