@@ -490,7 +490,7 @@ class Executor:
 
     def _adaptive_avgpool(self, x, size):
         """A pool to one pixel in FP32 (the global pool before a classifier) as one small matmul of the map's pixels
-        with a row of 1 / pixels: cuBLAS's gemv took 2.6 us at batch 1 against 4.5 for torch's mean reduction, which
+        with a row of 1 / pixels: cuBLAS's gemv took 2.7 us at batch 1 against 4.5 for torch's mean reduction, which
         runs a channels-last map on a few blocks (docs/results/fusion/h200/ends/gap_probe.log). The row is made on
         first use, which the graph's eager warm-up is; a first use inside a capture pools as torch does."""
         torch = self.torch
