@@ -5,7 +5,7 @@ import json
 from click.testing import CliRunner
 
 from snn import cli
-from snn.codegen import bundle
+from snn.codegen import bundle as bundle_format
 from snn.codegen.spec import load_spec
 
 TINY = """
@@ -54,7 +54,7 @@ def tiny_cache(tmp_path):
             entry["levels"][f"{l:.2f}"] = {"kernel": name, "predicted_us": 1.0, "measured_us": None}
         layers.append({"index": c.index, "name": c.name, "batches": {"2": entry}})
     m = bundle / "manifest.json"
-    m.write_text(json.dumps({"format": bundle.FORMAT, "network": "tinybench", "gpu": "fake", "compute_capability": [9, 0], "batches": [2],
+    m.write_text(json.dumps({"format": bundle_format.FORMAT, "network": "tinybench", "gpu": "fake", "compute_capability": [9, 0], "batches": [2],
                              "levels": list(LEVELS), "epilogue": {"cubin": str(cubin)}, "kernels": kernels,
                              "layers": layers}))
     return spec, m, tmp_path
