@@ -52,7 +52,7 @@ from . import dispatch
 from .cuda import import_torch, torch_dtype
 from .errors import RunError
 from .kernels import (ACCUMULATOR, OPTIONAL_ARGS, check_input_epilogue, input_pitch, launches_epilogue, output_pitch,
-                      stores_slice, takes_zero_range, uses_accumulator, workspace)
+                      reads_nchw, stores_slice, takes_zero_range, uses_accumulator, workspace)
 from .lower import Op, Program, from_layout, lower, to_layout
 
 
@@ -485,7 +485,7 @@ class Executor:
             self._as_given[B] = self.cache is not None and bool(readers) and all(
                 op.kind == "conv" and op.name not in prog.eligible
                 and (k := self.cache.direct_kernel(op.name, B)) is not None
-                and self.cache.kernel(k).get("input_layout") == "NCHW" for op in readers)
+                and reads_nchw(self.cache.kernel(k)) for op in readers)
         return self._as_given[B]
 
     def _adaptive_avgpool(self, x, size):
@@ -579,7 +579,7 @@ class Executor:
         t0 = self._tick(sync)
         if direct is not None:  # the image's conv on the bundle's direct kernel (codegen/direct.py), not cuDNN's
             out = torch.empty((B, shape.N, shape.P, shape.Q), device=self.device, memory_format=cl)
-            nchw = self.cache.kernel(direct).get("input_layout") == "NCHW"
+            nchw = reads_nchw(self.cache.kernel(direct))
             self.sparse_conv(op, direct, inp.contiguous() if nchw else inp.contiguous(memory_format=cl), out, epi)
         elif kernel is None:
             out = self.dense_conv(op, inp, epi)

@@ -63,6 +63,12 @@ def takes_input_bn(kentry: dict) -> bool:
     return _names(kentry, "in_scale")
 
 
+def reads_nchw(kentry: dict) -> bool:
+    """The kernel reads its input NCHW, [B, C, H, W] contiguous (the entry's "input_layout": the image's direct
+    kernel, codegen/direct.py), not as the NHWC of every other kernel."""
+    return kentry.get("input_layout") == "NCHW"
+
+
 def takes_zero_range(kentry: dict) -> bool:
     """The kernel can zero a range after its wait (emit.ZERO_ARGS)."""
     return _names(kentry, "zero")
@@ -134,7 +140,7 @@ def input_pitch(name: str, kentry: dict, inp) -> int:
     (emit.IN_BN_ARGS: C for a dense input, more for the first channels of a wider one, then whole 16-byte vectors:
     a multiple of 4 floats from a 16-byte-aligned start), else C; RunError where the kernel cannot read inp."""
     c = inp.shape[1]
-    if kentry.get("input_layout") == "NCHW":   # the image's direct kernel (codegen/direct.py)
+    if reads_nchw(kentry):
         if not inp.is_contiguous():
             raise RunError(f"kernel '{name}' reads a dense NCHW input")
         return c

@@ -24,8 +24,8 @@ from snn.codegen.spec import ConvShape  # noqa: E402
 from snn.runtime.check import check_pair, handoff_input, preact_input, preact_pitch  # noqa: E402
 from snn.runtime.cuda import Device  # noqa: E402
 from snn.runtime.executor import Epilogue  # noqa: E402
-from snn.runtime.kernels import (CudaBackend, takes_input_bn, takes_input_epilogue, takes_input_residual,  # noqa: E402
-                                 takes_zero_range, workspace)
+from snn.runtime.kernels import (CudaBackend, reads_nchw, takes_input_bn, takes_input_epilogue,  # noqa: E402
+                                 takes_input_residual, takes_zero_range, workspace)
 
 ROOT = Path(__file__).resolve().parents[2]
 GENERATED = Path(os.environ.get("SNN_GENERATED", ROOT / "generated"))
@@ -115,7 +115,7 @@ def test_every_kernel_matches_float64(path):
             # NHWC input as the NCHW-shaped view the runtime passes (its pixel pitch read from it); NCHW where the
             # kernel reads it so (the image's direct kernel)
             xin = x32.permute(0, 3, 1, 2)
-            backend.sparse_conv(name, k, xin.contiguous() if k.get("input_layout") == "NCHW" else xin, w32, out, ws,
+            backend.sparse_conv(name, k, xin.contiguous() if reads_nchw(k) else xin, w32, out, ws,
                                 None, epi, in_epi, zero=zero)
             torch.cuda.synchronize()
             assert zero is None or not bool(zero.any()), f"{name}: the range to zero was not cleared"
