@@ -17,19 +17,24 @@ from .dense import BK, SMEM_LIMIT
 from .spec import ConvShape
 
 STAGES = 3
-TX = 16              # threads along N (4 channels each): both convs' tiles
+TX = 16              # threads along N (4 channels each): the second conv's tile (and the first's without warp_k)
+TX1 = 8              # the first conv's threads along N with warp_k (8 channels each, two float4 runs)
 # blocks a cluster: sm_90 allows 16 where the function asks for a non-portable size (runtime/cuda.py does), so a
 # 1024-channel x splits into 64-channel slices over 32-pixel tiles: half the weight traffic of 16-pixel tiles in
 # clusters of 8, and the fastest at 14x14 (15.7 against 17.9 us a pair, docs/results/fusion/h200/pair/probe.log)
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
+ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2 32 (registers beside the other's)
 # batches the build offers it at: at batch 8 the best config took 1.23-1.54x the two dense kernels' time
 # (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
-# the configs offered (bm, bn1, threads, slices, stages): 32-pixel tiles with a two-stage pipeline, the fastest of
-# the 16 configs the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py); the
-# engine times them against the two convs' own kernels at load and keeps the fastest (runtime/pairs.py)
-CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2))
+# the configs offered (PairConfig's fields): 32-pixel tiles with a two-stage pipeline, the fastest of the 16 configs
+# the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py), and the same tile with
+# the first conv's K split over the warps, three stages, and 32 threads along N for the second where N allows
+# (fusion/h200/pair/phases.log: each conv's loop a fraction of the cycles); the engine times them against the two
+# convs' own kernels at load and keeps the fastest (runtime/pairs.py)
+CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 3, True),
+              (32, 64, 128, 1, 3, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)
@@ -39,10 +44,24 @@ class PairConfig:
     threads: int = 128   # threads that hold the tile (a slice)
     slices: int = 2      # slices a block
     stages: int = STAGES
+    # the first conv's K range split over the warps: each warp the whole x tile (8 channels a thread) over its
+    # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
+    warp_k: bool = False
+    tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
-            f"p{self.stages}" if self.stages != STAGES else "")
+            f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
+            f"x{self.tx2}" if self.tx2 != TX else "")
+
+    @property
+    def kg1(self) -> int:
+        """The first conv's thread groups, each the whole x tile over its share of a chunk's channels."""
+        return self.block_threads // 32 if self.warp_k else self.slices
+
+    @property
+    def tx1(self) -> int:
+        return TX1 if self.warp_k else TX
 
     @property
     def block_threads(self) -> int:
@@ -65,12 +84,16 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
             and first.C % BK == 0 and second.N % (4 * TX) == 0)
 
 
+def stage_floats(cfg: PairConfig) -> int:
+    """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
+    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
+
+
 def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
     """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return (cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1 + first.C + cfg.bn1 * second.N
-            + cfg.bm * (cfg.bn1 + 4) + ks * cfg.slices * share * 4)
+    return (stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * cfg.slices * share * 4)
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -88,8 +111,13 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
         raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
     if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (BK // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
         raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
-    if cfg.slices * cfg.bm * (cfg.bn1 + 4) > cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn1):
-        raise ValueError(f"{cfg.tag()}: the slices' x partials do not fit over the stages")
+    kps = BK // cfg.kg1
+    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (32 // TX1) or cfg.bm * cfg.bn1 // 32 > ACCUMULATORS):
+        raise ValueError(f"{cfg.tag()}: {cfg.kg1} warps cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
+                         f"({ACCUMULATORS} accumulators of 8 channels a thread at most)")
+    if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
+            cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
+        raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
     if smem_bytes(first, second, cfg) > SMEM_LIMIT:
         raise ValueError(f"{cfg.tag()}: {smem_bytes(first, second, cfg)} bytes of shared memory, over {SMEM_LIMIT}")
 
@@ -103,8 +131,8 @@ def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool =
     if batch > MAX_BATCH or not clusters or not eligible(first, second):
         return []
     out = []
-    for bm, bn1, threads, slices, stages in CANDIDATES:
-        cfg = PairConfig(bm, bn1, threads, slices, stages)
+    for fields in CANDIDATES:
+        cfg = PairConfig(*fields)
         try:
             check(first, second, cfg)
         except ValueError:
@@ -133,6 +161,10 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     check(first, second, cfg)
     fn = cfg.name(first, second, batch)
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
-         "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": TX,
-         "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False}
+         "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
+         "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
+         "KG1": cfg.kg1, "TX1": cfg.tx1,
+         # the stages' end, or the groups' x partials' where those are larger (a number then)
+         "OFF_SH": ("(OFF_B + STAGES * BK * BN1)" if stage_floats(cfg) == cfg.stages * cfg.bm * (BK + 4)
+                    + cfg.stages * BK * cfg.bn1 else str(stage_floats(cfg)))}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

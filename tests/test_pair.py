@@ -39,8 +39,10 @@ def test_pairs_need_two_stride_one_1x1_convs_the_second_reading_the_first():
 
 def test_candidates_at_batch_one_on_gpus_with_clusters():
     cands = pair.candidates(*L3, 1)
-    assert cands and all(c.stages == 2 for c in cands)
-    assert {c.tag() for c in cands} <= {pair.PairConfig(*t).tag() for t in pair.CANDIDATES}
+    assert cands and {c.tag() for c in cands} <= {pair.PairConfig(*t).tag() for t in pair.CANDIDATES}
+    assert {"m32n64t128s1p2", "m32n64t128s1w", "m32n64t128s1wx32"} <= {c.tag() for c in cands}
+    # a 64-channel second conv cannot spread over 32 threads of 4 channels: that candidate is left out there
+    assert {c.tx2 for c in pair.candidates(*L1, 1)} == {pair.TX}
     assert pair.candidates(*L3, 2) == [] and pair.candidates(*L3, 1, clusters=False) == []
     for c in cands:
         assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
@@ -58,6 +60,32 @@ def test_render_a_portable_cluster_compiled_in_and_a_larger_one_given_at_launch(
     assert "__cluster_dims__(1, 1, 8)" in small.source
     assert big.name == "dpair_r1s1_str1_pad0_c256n1024_h14w14_n256_m32n64t128s1p2_b1"
     assert big.steps[0]["block"] == [128, 1, 1] and small.steps[0]["block"] == [256, 1, 1]
+
+
+def test_the_first_convs_k_split_over_the_warps_and_the_seconds_32_threads_along_n():
+    cfg = pair.PairConfig(32, 64, 128, 1, 2, True, 32)
+    k = pair.emitted(*L3, 1, cfg)
+    assert cfg.tag() == "m32n64t128s1p2wx32" and k.name.endswith("_m32n64t128s1p2wx32_b1")
+    # four warps, each the whole 32 x 64 x tile over 8 of a chunk's 32 channels; the second conv 8 pixels x 8
+    # channels a thread
+    assert "#define KG1 4 " in k.source and "#define TX1 8 " in k.source and "#define TX 32 " in k.source
+    assert (cfg.kg1, cfg.tx1) == (4, 8) and (pair.PairConfig(32, 64).kg1, pair.PairConfig(32, 64).tx1) == (2, 16)
+    # the four partial x tiles (4 x 32 x 68 floats) outgrow two stages (2 x (32 x 36 + 32 x 64)): the shift goes past them
+    assert pair.stage_floats(cfg) == 4 * 32 * 68 and "#define OFF_SH 8704 " in k.source
+    assert pair.smem_bytes(*L3, cfg) == pair.smem_bytes(*L3, pair.PairConfig(32, 64, 128, 1, 2)) + 4 * (8704 - 6400)
+    plain = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 3))
+    assert "#define OFF_SH (OFF_B + STAGES * BK * BN1) " in plain.source and "#define KG1 1 " in plain.source
+    with pytest.raises(ValueError, match="warps cannot split"):     # 32 x 128 over a warp: 128 accumulators
+        pair.render(*L3, 1, pair.PairConfig(32, 128, 128, 2, 2, True))
+    with pytest.raises(ValueError, match="64 y channels over 32 threads"):
+        pair.render(*L1, 1, pair.PairConfig(32, 64, 128, 1, 2, True, 32))
+
+
+def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():
+    src = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2)).source
+    loop, copy = src.index("for (int it = 0; it < NK1; ++it)"), src.index("cp.async.bulk.shared::cluster.global")
+    assert src.count("cp.async.bulk.shared::cluster.global") == 1 and loop < copy < src.index("// x: the groups'")
+    assert "it == NK1 / 2 && tid == 0" in src[loop:copy + 1]
 
 
 def test_resnet_pairs_are_each_blocks_last_conv_and_the_next_blocks_first():
