@@ -25,7 +25,8 @@ from snn.runtime.measure.timing import graph_call_s
 SHAPES = [(256, 1024, 256, 14), (128, 512, 128, 28), (64, 256, 64, 56)]   # C1 -> N1 -> N2 at H = W
 BATCHES = (1, 8)
 PAIR_CONFIGS = [pair.PairConfig(bm, bn1, 128, s, st) for bm, bn1 in ((16, 128), (32, 64), (32, 128), (16, 64))
-                for s in (1, 2) for st in (2, 3)]
+                for s in (1, 2) for st in (2, 3)] + [pair.PairConfig(32, 64, 128, 1, st, True, tx2)
+                                                      for st in (2, 3) for tx2 in (16, 32)]
 
 
 def one_by_one(c, n, hw):

@@ -1,7 +1,7 @@
-"""The table of pair.sh: each breakdown.py run in OUT (its gzipped JSON; after*: pair kernels where they measured
-faster at load, before*: SNN_PAIRS=0), its replay (CUDA events, median of 50), its GPU activities a replay, the pair
-kernels on one replay's timeline (count, summed duration), the convs they ran, the worst error of 21 replays against
-float64, and the load-time timings that chose them.
+"""The table of pair.sh: each breakdown.py run in OUT (its gzipped JSON; the sides as OUT/sides.txt says), its
+replay (CUDA events, median of 50), its GPU activities a replay, the pair kernels on one replay's timeline (count,
+summed duration), the convs they ran, the worst error of 21 replays against float64, and the load-time timings that
+chose them (the after side's).
     python3 docs/results/fusion/pair_table.py OUT"""
 import glob
 import gzip
@@ -19,8 +19,11 @@ for f in sorted(glob.glob(f"{out}/*_b*.json.gz")):
     on_pairs = sum(1 for k in d.get("conv_kernels", {}).values() if k and k.startswith("dpair_"))
     runs.append((tag, d["network"], d["batch"], d["replay_ms"], sum(a[1] for a in d["activities"]) / d["iters"],
                  len(pairs), sum(t[2] for t in pairs), on_pairs, d["convs"], d["rel_err_worst_of_20"]))
-    timed = timed or d.get("pairs_timed", [])
-print("# Two 1x1 convs in one launch (after) or each on its own kernel (before, SNN_PAIRS=0)\n")
+    if tag == "after":
+        timed = d.get("pairs_timed", [])
+print("# Two 1x1 convs in one launch\n")
+if os.path.exists(f"{out}/sides.txt"):
+    print(open(f"{out}/sides.txt").read().strip() + "\n")
 print("| run | network | batch | replay ms | activities a replay | pair launches | their us | convs on them | "
       "rel err vs fp64 |\n|---|---|---|---|---|---|---|---|---|")
 for tag, net, b, ms, acts, n, us, on, convs, err in sorted(runs):

@@ -1,0 +1,175 @@
+"""Where a pair kernel's time goes (codegen/pair.py), on the chain of ResNet-152's layer 3 at batch 1: the block's
+sparse 3x3 (256 @14, the config the network runs it on) adding into raw sums, then the pair kernel (1x1 256->1024 and
+the next block's 1024->256) staging them with the 3x3's epilogue, ten such blocks back to back in a CUDA graph.
+
+For each pair config of CONFIGS: the kernel against float64 (check.check_pair), the chain's time a block
+(measure.timing.graph_call_s, median of 15 replays, twice) and the pair's alone (ten back to back), then one replay of
+the chain with a copy of both kernels that stamps %globaltimer and clock64 (thread 0 of every block) at the pair's
+phase boundaries: the programmatic wait, the first conv's loop, x's epilogue, the W2 share's arrival, the second
+conv, the cluster's sum, y's store. Printed: per config the median block's cycles a phase.
+
+    python3 pair_phases.py OUT_DIR           # -> OUT_DIR/phases.json, the table on stdout
+    python3 pair_phases.py OUT_DIR ncu TAG   # only runs config TAG's chain six times eagerly (under ncu)
+"""
+import json
+import sys
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from snn.codegen import pair
+from snn.codegen.config import KernelConfig
+from snn.codegen.emit import render_sparse_ws
+from snn.codegen.spec import ConvShape
+from snn.runtime.check import KernelRunner, relu_input
+from snn.runtime.executor import Epilogue, InputEpilogue
+from snn.runtime.measure.timing import graph_call_s
+
+# the configs compared: the one the network ran before the warp split, then each change alone and together
+CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 3),
+           pair.PairConfig(32, 64, 128, 1, 3, True), pair.PairConfig(32, 64, 128, 1, 3, False, 32),
+           pair.PairConfig(32, 64, 128, 1, 3, True, 32)]
+SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
+PHASES = ["entry", "wait", "conv1 loop", "x epilogue", "W2 wait", "conv2", "cluster sum", "y store"]
+RECORDS = 16384
+
+STAMPS = r'''
+__device__ unsigned long long snn_stamps[%d * 17];
+__device__ unsigned int snn_ticket;
+__device__ __forceinline__ unsigned long long snn_gt() { unsigned long long g; asm volatile("mov.u64 %%0, %%%%globaltimer;" : "=l"(g)); return g; }
+#define SNN_ST(i) if (threadIdx.x == 0 && threadIdx.y == 0) { sg[i] = snn_gt(); sc[i] = clock64(); }
+#define SNN_DUMP if (threadIdx.x == 0 && threadIdx.y == 0) { unsigned r_ = atomicAdd(&snn_ticket, 1u); if (r_ < %d) { \
+  for (int i_ = 0; i_ < 8; ++i_) { snn_stamps[r_ * 17 + i_] = sg[i_]; snn_stamps[r_ * 17 + 8 + i_] = sc[i_]; } \
+  snn_stamps[r_ * 17 + 16] = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z); } }
+''' % (RECORDS, RECORDS)
+WAIT = 'asm volatile("griddepcontrol.wait;" ::: "memory");\n#endif\n'
+DEPS = '#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n    asm volatile("griddepcontrol.launch_dependents'
+
+
+def at(src, marker, text, before=False):
+    """src with text inserted after (before) the one occurrence of marker: a changed template fails here."""
+    assert src.count(marker) == 1, f"stamp marker {marker!r} found {src.count(marker)} times"
+    i = src.index(marker) + (0 if before else len(marker))
+    return src[:i] + text + src[i:]
+
+
+def stamped(k, points, tail):
+    """A copy of kernel k (renamed) stamping at the (marker, before) points, then dumping before `tail`."""
+    src = at(k.source, 'extern "C"', STAMPS, before=True)
+    body = src.index("\n{\n", src.index("__global__")) + 3      # the kernel's opening brace
+    src = src[:body] + "    unsigned long long sg[8] = {0}, sc[8] = {0}; SNN_ST(0)\n" + src[body:]
+    for i, (marker, before) in enumerate(points, 1):
+        src = at(src, marker, f"    SNN_ST({i})\n", before)
+    i = src.rindex(tail)
+    src = src[:i] + "\n    SNN_ST(7) SNN_DUMP" + src[i:]
+    name = k.name + "_stamped"
+    return replace(k, name=name, source=src.replace(k.name, name), steps=[dict(s, function=name) for s in k.steps])
+
+
+def stamped_pair(k):
+    return stamped(k, [(WAIT, False), ("    float* const red = snn_smem;", True), ("// x complete\n", False),
+                       ("    // the second conv over this block's share", True), (DEPS, True),
+                       ("snn_ksum_wait(bar_s);\n", False)], "\n}\n#undef C1")
+
+
+def stamped_sconv(k):
+    return stamped(k, [(WAIT, False)], "\n}")
+
+
+def main() -> None:
+    out = sys.argv[1]
+    torch.backends.cudnn.allow_tf32 = False
+    runner = KernelRunner()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    s3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+    first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    ks = render_sparse_ws(s3, 1, SCONV)
+    kss = stamped_sconv(ks)
+    pairs = [(cfg, pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS]
+    pairs = [(cfg, k, stamped_pair(k)) for cfg, k in pairs]
+    bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
+    if bad:
+        print("compile problems:", bad, flush=True)
+    # the chain's operands: the 3x3's input about 0.72 zeros, x's about 0.75 (layer 3's trained-like profile)
+    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
+    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
+    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
+    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
+    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
+    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
+    b1 = torch.randn(1024, generator=gen, device="cuda") * 0.1
+    b2 = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
+    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
+    x = torch.empty((1, 14, 14, 1024), device="cuda")
+    z = torch.zeros(4, dtype=torch.int64, device="cuda")
+    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
+    in_epi = InputEpilogue(shift, z, 2)
+
+    def block(i, sk, pk):   # the 3x3 adds into one sums region while the pair clears the other for the next
+        a, b = sums[i % 2], sums[(i + 1) % 2]
+        entry = {"cubin": runner.records[sk.name]["cubin"], "steps": sk.steps, "epilogue": False}
+        runner.backend.sparse_conv(sk.name, entry, y.permute(0, 3, 1, 2), w3, a.permute(0, 3, 1, 2), {}, None,
+                                   into=a.permute(0, 3, 1, 2))
+        runner.run_pair(pk, a, w1, x, w2, y, epi1, epi2, in_epi, zero=b)
+
+    if len(sys.argv) > 3 and sys.argv[2] == "ncu":
+        k = next(k for cfg, k, _ in pairs if cfg.tag() == sys.argv[3])
+        for i in range(6):
+            block(i, ks, k)
+        torch.cuda.synchronize()
+        return
+    drv = runner.dev.drv
+
+    def symbol(k, name):
+        err, ptr, _ = drv.cuModuleGetGlobal(runner.dev.module(runner.records[k.name]["cubin"]), name)
+        assert int(err) == 0, err
+        return ptr
+
+    rows = []
+    for cfg, k, kst in pairs:
+        if k.name in bad or kst.name in bad:
+            continue
+        chk = runner.check_pair(k, first, second, 1, 0.7, gen)
+        chain = [graph_call_s(torch, lambda: [block(i, ks, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
+        alone = graph_call_s(torch, lambda: runner.run_pair(k, sums[0], w1, x, w2, y, epi1, epi2, in_epi,
+                                                            zero=sums[1])) * 1e6
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(10):
+                block(i, kss, kst)
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        for kk in (kss, kst):
+            drv.cuMemsetD32(symbol(kk, b"snn_ticket"), 0, 1)
+        g.replay()
+        torch.cuda.synchronize()
+        n = np.zeros(1, dtype=np.uint32)
+        drv.cuMemcpyDtoH(n.ctypes.data, symbol(kst, b"snn_ticket"), 4)
+        rec = np.zeros(RECORDS * 17, dtype=np.uint64)
+        drv.cuMemcpyDtoH(rec.ctypes.data, symbol(kst, b"snn_stamps"), rec.nbytes)
+        rec = rec[:int(min(n[0], RECORDS)) * 17].reshape(-1, 17).astype(np.int64)
+        del g
+        cycles = {f"{PHASES[a]} -> {PHASES[a + 1]}": int(np.median(rec[:, 9 + a] - rec[:, 8 + a])) for a in range(7)}
+        rows.append({"config": cfg.tag(), "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
+                     "block_us": [round(c, 2) for c in chain], "pair_alone_us": round(alone, 2), "blocks": len(rec),
+                     "median_cycles": cycles,
+                     "wait_to_exit_ns": int(np.median(rec[:, 7] - rec[:, 1]))})
+        print(json.dumps(rows[-1]), flush=True)
+    with open(f"{out}/phases.json", "w") as f:
+        json.dump(rows, f, indent=1)
+    cols = ["wait -> conv1 loop", "conv1 loop -> x epilogue", "W2 wait -> conv2", "conv2 -> cluster sum",
+            "cluster sum -> y store"]
+    print("\nlayer 3 at batch 1: a block (3x3 + pair) and the pair alone in us (ten back to back in a CUDA graph); "
+          "the pair's median block in cycles a phase (ten blocks, one replay)\n")
+    print("| config | float64 | block us (two runs) | pair alone us | " + " | ".join(c.split(" -> ")[1] for c in cols)
+          + " | wait to exit ns |\n|" + "---|" * (5 + len(cols)))
+    for r in rows:
+        print(f"| {r['config']} | {'ok' if r['ok'] else 'FAIL'} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
+              f"{r['pair_alone_us']:.2f} | " + " | ".join(str(r["median_cycles"][c]) for c in cols)
+              + f" | {r['wait_to_exit_ns']} |")
+
+
+if __name__ == "__main__":
+    main()
