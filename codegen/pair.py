@@ -28,13 +28,13 @@ ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2
 # batches the build offers it at: at batch 8 the best config took 1.23-1.54x the two dense kernels' time
 # (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
-# the configs offered (PairConfig's fields): 32-pixel tiles with a two-stage pipeline, the fastest of the 16 configs
-# the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py), and the same tile with
-# the first conv's K split over the warps, three stages, and 32 threads along N for the second where N allows
-# (fusion/h200/pair/phases.log: each conv's loop a fraction of the cycles); the engine times them against the two
-# convs' own kernels at load and keeps the fastest (runtime/pairs.py)
-CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 3, True),
-              (32, 64, 128, 1, 3, True, 2 * TX))
+# the configs offered (PairConfig's fields): 32-pixel tiles with a two-stage pipeline, the fastest of the configs
+# the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py), among them the same tile
+# with the first conv's K split over the warps, and with 32 threads along N for the second where N allows (at 14x14
+# and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
+# kernels at load and keeps the fastest (runtime/pairs.py)
+CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
+              (32, 64, 128, 1, 2, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)

@@ -40,7 +40,7 @@ def test_pairs_need_two_stride_one_1x1_convs_the_second_reading_the_first():
 def test_candidates_at_batch_one_on_gpus_with_clusters():
     cands = pair.candidates(*L3, 1)
     assert cands and {c.tag() for c in cands} <= {pair.PairConfig(*t).tag() for t in pair.CANDIDATES}
-    assert {"m32n64t128s1p2", "m32n64t128s1w", "m32n64t128s1wx32"} <= {c.tag() for c in cands}
+    assert {"m32n64t128s1p2", "m32n64t128s1p2w", "m32n64t128s1p2wx32"} <= {c.tag() for c in cands}
     # a 64-channel second conv cannot spread over 32 threads of 4 channels: that candidate is left out there
     assert {c.tx2 for c in pair.candidates(*L1, 1)} == {pair.TX}
     assert pair.candidates(*L3, 2) == [] and pair.candidates(*L3, 1, clusters=False) == []

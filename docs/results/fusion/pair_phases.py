@@ -27,9 +27,8 @@ from snn.runtime.executor import Epilogue, InputEpilogue
 from snn.runtime.measure.timing import graph_call_s
 
 # the configs compared: the one the network ran before the warp split, then each change alone and together
-CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 3),
-           pair.PairConfig(32, 64, 128, 1, 3, True), pair.PairConfig(32, 64, 128, 1, 3, False, 32),
-           pair.PairConfig(32, 64, 128, 1, 3, True, 32)]
+CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2, True),
+           pair.PairConfig(32, 64, 128, 1, 2, False, 32), pair.PairConfig(32, 64, 128, 1, 2, True, 32)]
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
 PHASES = ["entry", "wait", "conv1 loop", "x epilogue", "W2 wait", "conv2", "cluster sum", "y store"]
 RECORDS = 16384
