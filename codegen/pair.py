@@ -21,11 +21,11 @@ TX = 16              # threads along N (4 channels each): the second conv's tile
 TX1 = 8              # the first conv's threads along N with warp_k (8 channels each, two float4 runs)
 # blocks a cluster: sm_90 allows 16 where the function asks for a non-portable size (runtime/cuda.py does), so a
 # 1024-channel x splits into 64-channel slices over 32-pixel tiles: half the weight traffic of 16-pixel tiles in
-# clusters of 8, and the fastest at 14x14 (15.7 against 17.9 us a pair, docs/results/fusion/h200/pair/probe.log)
+# clusters of 8, and the fastest at 14x14 (14.7 against 17.2 us a pair, docs/results/fusion/h200/pair/probe.log)
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
 ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2 32 (registers beside the other's)
-# batches the build offers it at: at batch 8 the best config took 1.23-1.54x the two dense kernels' time
+# batches the build offers it at: at batch 8 the best config took 1.16-1.48x the two dense kernels' time
 # (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
 # the configs offered (PairConfig's fields): 32-pixel tiles with a two-stage pipeline, the fastest of the configs

@@ -9,8 +9,8 @@ residual; both have a fixed kernel (no selector in between) that fuses its epilo
 neither hands its sums to a consumer (runtime/handoff.py). `Timings.choose` then times, once per distinct pair of
 shapes and kernels, the two convs' own kernels against each pair kernel as the network runs them (ten pairs back
 to back in a CUDA graph, measure.timing.graph_call_s, on the layers' own weights) and keeps the fastest: in
-ResNet-152 at batch 1 the pair kernels won on 46 of its 47 pairs (14.0-15.4 against 18.0-19.2 us at 14x14), one
-pair stayed on its two kernels (docs/results/fusion/h200/pair/). `SNN_PAIRS=0` keeps every conv on its own kernel.
+ResNet-152 at batch 1 the pair kernels won on all 47 of its pairs (12.9-14.2 against 18.2-19.3 us at 14x14;
+docs/results/fusion/h200/pair/). `SNN_PAIRS=0` keeps every conv on its own kernel.
 """
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ def main() -> None:
 
     rows = []
     for cfg, k, kst in pairs:
-        if k.name in bad or kst.name in bad:
+        if k.name in bad:   # the stamped copy may spill a little where the kernel takes every register: still run
             continue
         chk = runner.check_pair(k, first, second, 1, 0.7, gen)
         chain = [graph_call_s(torch, lambda: [block(i, ks, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
@@ -152,6 +152,7 @@ def main() -> None:
         del g
         cycles = {f"{PHASES[a]} -> {PHASES[a + 1]}": int(np.median(rec[:, 9 + a] - rec[:, 8 + a])) for a in range(7)}
         rows.append({"config": cfg.tag(), "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
+                     "stamped_copy_problems": bad.get(kst.name, []),
                      "block_us": [round(c, 2) for c in chain], "pair_alone_us": round(alone, 2), "blocks": len(rec),
                      "median_cycles": cycles,
                      "wait_to_exit_ns": int(np.median(rec[:, 7] - rec[:, 1]))})
