@@ -163,8 +163,5 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
          "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
-         "KG1": cfg.kg1, "TX1": cfg.tx1,
-         # the stages' end, or the groups' x partials' where those are larger (a number then)
-         "OFF_SH": ("(OFF_B + STAGES * BK * BN1)" if stage_floats(cfg) == cfg.stages * cfg.bm * (BK + 4)
-                    + cfg.stages * BK * cfg.bn1 else str(stage_floats(cfg)))}
+         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)
