@@ -47,6 +47,21 @@ DEEP_STAGES = 4
 NARROW_TILES = ((16, 32, 128, 1), (32, 32, 128, 1), (64, 32, 128, 2))
 NARROW_MAX_BATCH = 1
 SLICES = (1, 2, 4)
+# warp tiles (threads = 32): each warp the whole tile over its slice of every chunk's channels, 8 threads along N
+# of 4-channel runs (WARP_TX), up to WARP_ACC accumulators a thread. At batch 1 the 128-thread tiles (16 threads of
+# 4 channels along N) issue a shared load every few FFMAs, the two half-warps loading the same weights, at two warps
+# a scheduler: Nsight Compute puts short_scoreboard first among the stalls of DenseNet-201's 14x14 layers. Offered
+# at batch 1 (WARP_MAX_BATCH) where the K range is split at least WARP_MIN_SPLIT ways, so that a block runs a few
+# chunks (there the graph ran faster with them, docs/results/fusion/h200/warp): WARP_TILES where N allows,
+# WARP_NARROW_TILES where the narrow tiles are (narrow_wanted). Unsplit, a block runs the whole K range at one warp a
+# scheduler, where the 128-thread tiles' second warp hides more of each chunk's wait.
+WARP_TILES = ((32, 64, 32, 4), (16, 128, 32, 4))
+WARP_NARROW_TILES = ((64, 32, 32, 4), (32, 32, 32, 4), (16, 32, 32, 4))
+WARP_SLICES = (4, 8)
+WARP_TX = 8
+WARP_ACC = 64
+WARP_MAX_BATCH = 1
+WARP_MIN_SPLIT = 4
 STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
 SMEM_LIMIT = 227 * 1024   # a block's dynamic shared memory on sm_90 (opt-in), where the K splits run
 
@@ -73,8 +88,8 @@ class DenseConfig:
 
     @property
     def tx(self) -> int:
-        """Threads along N, 4 channels each (then 64 apart where bn = 128)."""
-        return min(16, self.bn // 4)
+        """Threads along N, 4 channels each (then 4 * tx apart where the tile is wider)."""
+        return WARP_TX if self.threads == 32 else min(16, self.bn // 4)
 
     def name(self, shape: ConvShape, batch: int) -> str:
         return f"dconv_{shape.tag()}_{self.tag()}_b{batch}"
@@ -132,10 +147,16 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
     ty = cfg.threads // cfg.tx
     if not eligible(shape) or shape.N % cfg.bn:
         raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
-    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
-        raise ValueError(f"{cfg.tag()}: the dense kernel takes 128 or 256 threads and bm a multiple "
+    if cfg.threads == 32:     # a warp tile
+        if cfg.slices not in WARP_SLICES or cfg.bm % ty or cfg.bm * cfg.bn // 32 > WARP_ACC \
+                or (BK * cfg.bn // 4) % cfg.block_threads:
+            raise ValueError(f"{cfg.tag()}: a warp tile takes {' or '.join(map(str, WARP_SLICES))} slices, bm a "
+                             f"multiple of {ty}, {WARP_ACC} accumulators a thread at most and a chunk's weights "
+                             f"in whole 16-byte copies a thread")
+    elif cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
+        raise ValueError(f"{cfg.tag()}: the dense kernel takes 32, 128 or 256 threads and bm a multiple "
                          f"of {max(ty, cfg.threads // (BK // 4))}")
-    if cfg.slices not in SLICES or cfg.block_threads > 512:
+    elif cfg.slices not in SLICES or cfg.block_threads > 512:
         raise ValueError(f"{cfg.tag()}: the dense kernel takes {', '.join(map(str, SLICES))} slices, "
                          f"512 threads a block at most")
     if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
@@ -166,21 +187,31 @@ def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool =
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
                tiles=None, in_bn: bool = False, out_ld: bool = False) -> list[DenseConfig]:
-    """Per tile shape (CANDIDATE_TILES, and NARROW_TILES where narrow_wanted) the largest K split whose blocks fit
+    """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, WARP_TILES and WARP_NARROW_TILES likewise at batch 1) the largest K split whose blocks fit
     one wave of one block an SM (batch 1 is latency-bound: fewer chunks a block, no second wave); without clusters
     (before sm_90) no split. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it:
     stride 2); out_ld: for a layer that stores into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
     if tiles is None:
-        tiles = CANDIDATE_TILES + (NARROW_TILES if narrow_wanted(shape, batch, sms, clusters) else ())
+        narrow, warp = narrow_wanted(shape, batch, sms, clusters), batch <= WARP_MAX_BATCH
+        tiles = CANDIDATE_TILES + (NARROW_TILES if narrow else ()) + (WARP_TILES if warp else ()) \
+            + (WARP_NARROW_TILES if warp and narrow else ())
     out = []
     for bm, bn, threads, slices in tiles:
         if shape.N % bn:
             continue
         _, ks = _split(shape, batch, bm, bn, sms, clusters)
         stages = DEEP_STAGES if batch == 1 and ks == 1 else STAGES
-        out.append(DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld))
+        cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld)
+        if threads == 32:           # a warp tile's partial sums may outgrow shared memory: offered where they fit
+            if ks < WARP_MIN_SPLIT:
+                continue
+            try:
+                check(shape, cfg)
+            except ValueError:
+                continue
+        out.append(cfg)
     return sorted(set(out))
 
 

@@ -105,7 +105,8 @@ def concat_slice_cases() -> list[tuple]:
              (ConvShape(40, 36, 13, 13, 1, 1, (1, 1), (0, 0)), KernelConfig(4, 4, 40, 32, 2))]
     dense_cases = [(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8)),
                    (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 32, 4)),
-                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2))]
+                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2)),
+                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 8, 32, 8))]
     return ([(emit.render_sparse(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in cases
              for b in (1, 3)]
             + [(dense.emitted(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in dense_cases
@@ -157,7 +158,14 @@ def dense_cases() -> list[tuple]:
              # 32-channel tiles (8 threads along N): DenseNet's 3x3 and a 7x7 map's 1x1, ragged M, a lone block
              (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8)),
              (ConvShape(1024, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 32, 8)),
-             (ConvShape(64, 96, 9, 11, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2))]
+             (ConvShape(64, 96, 9, 11, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2)),
+             # warp tiles (a warp the whole tile over its slice of each chunk): 4 and 8 warps, in and out of a
+             # cluster, ragged M, stride 2, 32 to 128 channels wide
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 8, 32, 4)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 2, 32, 8)),
+             (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 128, 1, 32, 4)),
+             (ConvShape(64, 96, 9, 11, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(32, 32, 1, 32, 4)),
+             (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8, 32, 4))]
     return [(dense.emitted(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 
@@ -170,7 +178,9 @@ def dense_pre_activation_cases() -> list[tuple]:
              (ConvShape(512, 256, 28, 28, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 4, 128, 2)),
              (ConvShape(1792, 896, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 128, 2, 128, 2)),
              (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2)),
-             (ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 32, 8))]
+             (ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 32, 8)),
+             (ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 8, 32, 8)),
+             (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 1, 32, 4))]
     return [(dense.emitted(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 

@@ -137,10 +137,12 @@ def test_narrow_tiles_where_nothing_wider_fits_or_the_wider_ones_leave_most_sms_
     """32-channel tiles (8 threads along N) are the only candidates for 32 output channels, are offered beside the
     wider ones for a 7x7 map's 1x1 (the wider tiles fill 32 of 132 SMs at batch 1) and not where the wider tiles
     fill the GPU; a thread's channels lie 4 * TX apart."""
-    assert {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(GROWTH, 1)} == set(dense.NARROW_TILES)
+    assert {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(GROWTH, 1)} == \
+        set(dense.NARROW_TILES) | set(dense.WARP_NARROW_TILES)
     small = ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))
     tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1)}
-    assert dense.narrow_wanted(small, 1) and tiles == set(dense.CANDIDATE_TILES) | set(dense.NARROW_TILES)
+    assert dense.narrow_wanted(small, 1) and tiles == set(dense.CANDIDATE_TILES) | set(dense.NARROW_TILES) | \
+        set(dense.WARP_TILES) | set(dense.WARP_NARROW_TILES)
     assert not dense.narrow_wanted(R3, 1) and all(c.bn > 32 for c in dense.candidates(R3, 1))
     # past batch 1 none: a 32-channel conv then has no dense candidate
     assert not dense.narrow_wanted(small, 2) and dense.candidates(GROWTH, 2) == [] and dense.candidates(small, 8)
@@ -218,7 +220,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     spec.write_text(NET)
     shape_a = load_spec(spec).convs[1].shape
     cands = dense.candidates(shape_a, 1)
-    assert len(cands) == len(dense.CANDIDATE_TILES)
+    assert len(cands) == len(dense.CANDIDATE_TILES) + len(dense.WARP_TILES)
     spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
     pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
@@ -253,3 +255,23 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     assert any(row["layer"] == "a" and row["static"] for row in rows)
     cache = manifest.load(r.manifest_path, load_spec(spec), str(spec), 1, H100_CC)
     assert cache.kernel(offered[0])["steps"][0]["function"] == offered[0]
+
+
+def test_warp_tiles_give_each_warp_the_whole_tile_over_its_share_of_a_chunk():
+    """A warp tile (threads = 32): 8 threads along N of 4-channel runs 32 apart, 4 rows of pixels, each of the
+    `slices` warps over BK / slices of a chunk's channels, summed like slices; at batch 1 only, where they fit."""
+    cfg = dense.DenseConfig(32, 64, 8, 32, 4, in_bn=True)
+    assert cfg.tx == dense.WARP_TX == 8 and cfg.block_threads == 128 and cfg.tag() == "m32n64k8t32s4bn"
+    src = dense.render(R1, 1, cfg)[1]
+    for define in ("TT 32 ", "SLICES 4", "TX 8 ", "THREADS 128"):
+        assert re.search(rf"#define {define}", src), define
+    # TY = 32 / 8 = 4 rows: TM = 8 pixels x TN4 = 2 runs of 4 channels, 64 accumulators a thread
+    assert dense.DenseConfig(32, 64, 1).tx == 16 and (32 // (32 // 8), 64 // (4 * 8)) == (8, 2)
+    assert dataclasses.replace(cfg, ks=4) in dense.candidates(R1, 1, in_bn=True)     # 28 tiles: 4 blocks each
+    assert all(c.threads != 32 for c in dense.candidates(R1, 8))
+    with pytest.raises(ValueError, match="accumulators"):      # 64 x 64 over a warp: 128 a thread
+        dense.render(R1, 1, dense.DenseConfig(64, 64, 8, 32, 4))
+    with pytest.raises(ValueError, match="a warp tile takes 4 or 8 slices"):
+        dense.render(R1, 1, dense.DenseConfig(32, 64, 8, 32, 2))
+    with pytest.raises(ValueError, match="32, 128 or 256 threads"):
+        dense.render(R1, 1, dense.DenseConfig(32, 64, 8, 64, 2))

@@ -1,0 +1,74 @@
+#!/bin/bash
+# The dense FP32 kernel's warp tiles at batch 1 (codegen/dense.py WARP_TILES) in ResNet-152's and DenseNet-201's
+# graphs: this checkout (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
+# (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
+# that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
+# again. Parts (PARTS, default "checks ab ncu"):
+# - checks: the dense kernel's cases (tests/kernel_cases.py) against float64 and its warp tiles under
+#   compute-sanitizer memcheck (kernel_checks.log, memcheck.log);
+# - ab: after's calibration (after_NET_calibrate.log, after_NET_tuning.json.gz), then breakdown.py at batch 1 in both
+#   orders (after, before, before2, after2) and table.py's table (table.md: per kernel kind and conv shape);
+# - ncu (after ab): Nsight Compute on DenseNet-201's 14x14 dense kernels in the graph, one at a time, each side on its
+#   calibration (isolated.py: isolated_SIDE_densenet201_b1.md, the raw .csv.gz): the stalls the warp tiles address.
+#   bash docs/results/fusion/warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE
+# BEFORE_TREE: git worktree add DIR COMMIT (or a copy of that commit's tree with a file .commit naming it).
+# SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same builds (all hits here).
+set -uo pipefail
+out=$(realpath -m "${1:?usage: warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}"); photos=$(realpath "${2:?PHOTO_DIR}")
+tdir=$(realpath "${3:?TUNING_DIR}"); before=$(realpath "${4:?BEFORE_TREE}")
+here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
+PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}
+mkdir -p "$out"
+for tree in "$after" "$before"; do (
+  cd "$tree" && . docs/results/env.sh
+  [ "$tree" = "$after" ] && env_report > "$out/env.txt"
+  for net in $NETS; do
+    snn-codegen build "$net" --gpu "$GPU" --batch 1 -j 16 2>&1 | tail -1
+    python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tdir/${net}_tuning.json.gz" \
+      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && echo --drop-graph 1)
+  done
+) done
+cd "$after" && . docs/results/env.sh
+if [[ " $PARTS " == *" checks "* ]]; then
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat" 2>&1 | tail -1 \
+    | tee "$out/kernel_checks.log"
+  compute-sanitizer --tool memcheck --kernel-name kns=t32s --report-api-errors no --error-exitcode 9 \
+    --target-processes all python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat" \
+    > "$out/memcheck.log" 2>&1
+  echo "memcheck exit code: $? (0: no error found)" | tee -a "$out/memcheck.log"
+fi
+if [[ " $PARTS " == *" ab "* ]]; then
+  for net in $NETS; do
+    timeout 300 snn-run calibrate --spec "$net" --batch 1 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
+      > "$out/after_${net}_calibrate.log" 2>&1
+    grep -E "measurement|^in the graph|^  [^ ]|rror" "$out/after_${net}_calibrate.log"
+    gzip -c "generated/$net/$GPU/tuning.json" > "$out/after_${net}_tuning.json.gz"
+  done
+  bd() {  # SIDE TREE NET
+    (cd "$2" && . docs/results/env.sh
+     timeout 150 python3 "$here/breakdown.py" "$3" 1 "$photos" "$out/$1_$3_b1.json" > "$out/$1_$3_b1.log" 2>&1
+     echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b1.log" | cut -c1-160)")
+  }
+  commit() { if [ -f "$1/.commit" ]; then cut -c1-7 "$1/.commit"; else (cd "$1" && git rev-parse --short HEAD); fi; }
+  echo "after: this checkout (${SNN_GIT_COMMIT:-$(commit "$after")}) on $(basename "$tdir")'s calibration plus its own" \
+       "new kernels' and a new graph step's; before: $(commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
+  for net in $NETS; do
+    bd after "$after" $net; bd before "$before" $net; bd before2 "$before" $net; bd after2 "$after" $net
+  done
+  python3 "$here/table.py" "$out" > /dev/null
+  gzip -f "$out"/*_b1.json
+  grep -B2 -A7 "^| network" "$out/table.md"
+fi
+if [[ " $PARTS " == *" ncu "* ]]; then
+  for side in before after; do (
+    tree=$after; [ $side = before ] && tree=$before
+    cd "$tree" && . docs/results/env.sh
+    timeout 200 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
+      --kernel-name regex:"dconv_r1s1.*h14w14|dconv_r3s3.*h14w14" --metrics "$(python3 "$here/isolated.py" --metrics)" \
+      --csv --page raw python3 "$here/breakdown.py" densenet201 1 "$photos" --profile-one \
+      > "$out/isolated_${side}_densenet201_b1.csv"
+    python3 "$here/isolated.py" "$out/isolated_${side}_densenet201_b1.csv" > "$out/isolated_${side}_densenet201_b1.md"
+    gzip -f "$out/isolated_${side}_densenet201_b1.csv"
+    echo "$side: $(head -1 "$out/isolated_${side}_densenet201_b1.md")"
+  ) done
+fi
