@@ -187,9 +187,9 @@ def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool =
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
                tiles=None, in_bn: bool = False, out_ld: bool = False) -> list[DenseConfig]:
-    """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, WARP_TILES and WARP_NARROW_TILES likewise at batch 1) the largest K split whose blocks fit
-    one wave of one block an SM (batch 1 is latency-bound: fewer chunks a block, no second wave); without clusters
-    (before sm_90) no split. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it:
+    """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, at batch 1 WARP_TILES and likewise
+    WARP_NARROW_TILES where split WARP_MIN_SPLIT ways) the largest K split whose blocks fit one wave of one block an
+    SM (batch 1 is latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it:
     stride 2); out_ld: for a layer that stores into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []

@@ -265,10 +265,12 @@ def test_warp_tiles_give_each_warp_the_whole_tile_over_its_share_of_a_chunk():
     src = dense.render(R1, 1, cfg)[1]
     for define in ("TT 32 ", "SLICES 4", "TX 8 ", "THREADS 128"):
         assert re.search(rf"#define {define}", src), define
-    # TY = 32 / 8 = 4 rows: TM = 8 pixels x TN4 = 2 runs of 4 channels, 64 accumulators a thread
-    assert dense.DenseConfig(32, 64, 1).tx == 16 and (32 // (32 // 8), 64 // (4 * 8)) == (8, 2)
+    assert dense.DenseConfig(32, 64, 1).tx == 16     # the 128-thread tile of the same shape: 16 along N
     assert dataclasses.replace(cfg, ks=4) in dense.candidates(R1, 1, in_bn=True)     # 28 tiles: 4 blocks each
     assert all(c.threads != 32 for c in dense.candidates(R1, 8))
+    # only where the K range is split WARP_MIN_SPLIT ways or more: at 56x56 98 tiles leave no split
+    unsplit = ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
+    assert dense.WARP_MIN_SPLIT == 4 and all(c.threads != 32 for c in dense.candidates(unsplit, 1))
     with pytest.raises(ValueError, match="accumulators"):      # 64 x 64 over a warp: 128 a thread
         dense.render(R1, 1, dense.DenseConfig(64, 64, 8, 32, 4))
     with pytest.raises(ValueError, match="a warp tile takes 4 or 8 slices"):
