@@ -148,17 +148,18 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
     if not eligible(shape) or shape.N % cfg.bn:
         raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
     if cfg.threads == 32:     # a warp tile
-        if cfg.slices not in WARP_SLICES or cfg.bm % ty or cfg.bm * cfg.bn // 32 > WARP_ACC \
-                or (BK * cfg.bn // 4) % cfg.block_threads:
+        if cfg.slices not in WARP_SLICES or cfg.bm % ty or cfg.bm * cfg.bn // 32 > WARP_ACC:
             raise ValueError(f"{cfg.tag()}: a warp tile takes {' or '.join(map(str, WARP_SLICES))} slices, bm a "
-                             f"multiple of {ty}, {WARP_ACC} accumulators a thread at most and a chunk's weights "
-                             f"in whole 16-byte copies a thread")
+                             f"multiple of {ty} and {WARP_ACC} accumulators a thread at most")
     elif cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % (cfg.threads // (BK // 4)):
         raise ValueError(f"{cfg.tag()}: the dense kernel takes 32, 128 or 256 threads and bm a multiple "
                          f"of {max(ty, cfg.threads // (BK // 4))}")
     elif cfg.slices not in SLICES or cfg.block_threads > 512:
         raise ValueError(f"{cfg.tag()}: the dense kernel takes {', '.join(map(str, SLICES))} slices, "
                          f"512 threads a block at most")
+    if (BK * cfg.bn // 4) % cfg.block_threads:   # the template's copy plan (BC = BK / BR copies a thread)
+        raise ValueError(f"{cfg.tag()}: a chunk's {BK} x {cfg.bn} weights do not split into whole 16-byte copies "
+                         f"over {cfg.block_threads} threads")
     if not 1 <= cfg.ks <= min(CLUSTER_MAX, chunks(shape)):
         raise ValueError(f"{cfg.tag()}: K split {cfg.ks} outside 1..{min(CLUSTER_MAX, chunks(shape))}")
     if smem_bytes(cfg, shape) > SMEM_LIMIT:
@@ -189,8 +190,10 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
                tiles=None, in_bn: bool = False, out_ld: bool = False) -> list[DenseConfig]:
     """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, at batch 1 WARP_TILES and likewise
     WARP_NARROW_TILES where split WARP_MIN_SPLIT ways) the largest K split whose blocks fit one wave of one block an
-    SM (batch 1 is latency-bound: fewer chunks a block, no second wave); without clusters (before sm_90) no split. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it:
-    stride 2); out_ld: for a layer that stores into a concat's buffer."""
+    SM (batch 1 is latency-bound: fewer chunks a block, no second wave), where the kernel takes it (check: a warp
+    tile's partial sums may outgrow shared memory); without clusters (before sm_90) no split. in_bn: for a layer
+    that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
+    into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
     if tiles is None:
@@ -203,14 +206,13 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
             continue
         _, ks = _split(shape, batch, bm, bn, sms, clusters)
         stages = DEEP_STAGES if batch == 1 and ks == 1 else STAGES
+        if threads == 32 and ks < WARP_MIN_SPLIT:
+            continue
         cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld)
-        if threads == 32:           # a warp tile's partial sums may outgrow shared memory: offered where they fit
-            if ks < WARP_MIN_SPLIT:
-                continue
-            try:
-                check(shape, cfg)
-            except ValueError:
-                continue
+        try:
+            check(shape, cfg)
+        except ValueError:
+            continue
         out.append(cfg)
     return sorted(set(out))
 

@@ -94,6 +94,10 @@ def test_slices_split_each_chunk_over_more_threads_and_sum_in_shared_memory():
         dense.render(R3, 1, dense.DenseConfig(32, 64, 4, 128, 3))
     with pytest.raises(ValueError, match="512 threads"):
         dense.render(R3, 1, dense.DenseConfig(64, 64, 4, 256, 4))
+    # 512 threads over a chunk's 32 x 32 weights: 256 float4s, not one a thread (the copy plan would stage none)
+    with pytest.raises(ValueError, match="16-byte copies over 512 threads"):
+        dense.render(GROWTH, 1, dense.DenseConfig(32, 32, 8, 128, 4))
+    assert all(c.block_threads <= 256 for c in dense.candidates(GROWTH, 1, tiles=dense.TILES) if c.bn == 32)
     assert all(t * s <= 512 for _, _, t, s in dense.TILES) and {s for *_, s in dense.TILES} == set(dense.SLICES)
 
 
