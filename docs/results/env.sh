@@ -22,3 +22,5 @@ env_report() {
   nvcc --version | tail -1
   echo "snn commit: ${SNN_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 }
+# tree_commit DIR: the short commit of a checkout, or of a copy of one whose file .commit names it (an A/B's BEFORE_TREE)
+tree_commit() { if [ -f "$1/.commit" ]; then cut -c1-7 "$1/.commit"; else git -C "$1" rev-parse --short HEAD; fi; }

@@ -55,8 +55,7 @@ if [[ " $PARTS " == *" ab "* ]]; then
      echo "$1 exit $?: $(tail -1 "$out/$1_resnet152_b1.log" | cut -c1-200)")
   }
   if [ -n "$before" ]; then
-    commit() { if [ -f "$1/.commit" ]; then cut -c1-7 "$1/.commit"; else (cd "$1" && git rev-parse --short HEAD); fi; }
-    echo "after: this checkout (${SNN_GIT_COMMIT:-$(commit "$after")}) with its pair kernels; before: $(commit "$before")'s;" \
+    echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")}) with its pair kernels; before: $(tree_commit "$before")'s;" \
          "nopairs: this checkout with SNN_PAIRS=0. Same calibration." > "$out/sides.txt"
     bd after "$after"; bd before "$before"; bd before2 "$before"; bd after2 "$after"; bd nopairs "$after" SNN_PAIRS=0
   else

@@ -49,9 +49,8 @@ if [[ " $PARTS " == *" ab "* ]]; then
      timeout 150 python3 "$here/breakdown.py" "$3" 1 "$photos" "$out/$1_$3_b1.json" > "$out/$1_$3_b1.log" 2>&1
      echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b1.log" | cut -c1-160)")
   }
-  commit() { if [ -f "$1/.commit" ]; then cut -c1-7 "$1/.commit"; else (cd "$1" && git rev-parse --short HEAD); fi; }
-  echo "after: this checkout (${SNN_GIT_COMMIT:-$(commit "$after")}) on $(basename "$tdir")'s calibration plus its own" \
-       "new kernels' and a new graph step's; before: $(commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
+  echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")}) on $(basename "$tdir")'s calibration plus its own" \
+       "new kernels' and a new graph step's; before: $(tree_commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
   for net in $NETS; do
     bd after "$after" $net; bd before "$before" $net; bd before2 "$before" $net; bd after2 "$after" $net
   done
