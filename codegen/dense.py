@@ -120,21 +120,19 @@ def ksum_bytes(bm: int, bn: int, ks: int, slices: int = 1) -> int:
 
 
 def recv_bytes(cfg: DenseConfig) -> int:
-    """A K split's received partial sums (ksum_bytes), pushed while this block may still run its main loop: beside
-    the pipeline, not over it."""
-    return ksum_bytes(cfg.bm, cfg.bn, cfg.ks, cfg.slices) if cfg.ks > 1 else 0
+    """A K split's received partial sums (ksum_bytes: a block's slices are added before it pushes), pushed while
+    this block may still run its main loop: beside the pipeline, not over it."""
+    return ksum_bytes(cfg.bm, cfg.bn, cfg.ks) if cfg.ks > 1 else 0
 
 
 def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:
     """Dynamic shared memory: the pipeline's stages (and the producer's shift where the kernel for `shape` takes
-    its epilogue), then a K split's received partial sums (recv_bytes); without a split, the slices' partial tiles
-    summed at the end over the stages where larger."""
+    its epilogue), or the slices' partial tiles summed at the end over them where larger; then a K split's
+    received partial sums (recv_bytes)."""
     staged = (2 if cfg.in_bn else 1) * shape.C * 4 if shape and input_epilogue(shape) else 0   # shift (and scale)
     pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + staged
-    if cfg.ks > 1:
-        return pipeline + recv_bytes(cfg)
     reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.slices > 1 else 0
-    return max(pipeline, reduce)
+    return max(pipeline, reduce) + recv_bytes(cfg)
 
 
 def grid(shape: ConvShape, batch: int, cfg: DenseConfig) -> list[int]:

@@ -50,8 +50,9 @@ def test_candidates_fill_one_wave_with_the_largest_split(shape):
             # the largest split that fits one wave: one more would not (unless none fits, or the limit is reached)
             assert blocks <= 132 or c.ks == 1
             assert c.ks == min(dense.CLUSTER_MAX, dense.chunks(shape)) or blocks // c.ks * (c.ks + 1) > 132
-            # a split's block receives every block's partial sums of its share, beside the pipeline
-            assert dense.recv_bytes(c) >= (c.slices * c.bm * c.bn * 4 if c.ks > 1 else 0)
+            # a split's block receives every block's partial sums of its share (its slices added first), beside the
+            # pipeline
+            assert dense.recv_bytes(c) >= (c.bm * c.bn * 4 if c.ks > 1 else 0)
             assert dense.smem_bytes(c) >= dense.recv_bytes(c) + c.stages * c.bn * dense.BK * 4
     # the 3x3 256 @14 at batch 1: 7 x 4 tiles of 32 x 64, 4 blocks a cluster (112 of 132 SMs)
     assert dense.DenseConfig(32, 64, 4, 128, 2) in dense.candidates(R3, 1)
@@ -83,9 +84,13 @@ def test_slices_split_each_chunk_over_more_threads_and_sum_in_shared_memory():
     assert fn.endswith("_m32n128k8t128s4_b1") and cfg.block_threads == 512
     assert re.search(r"#define THREADS 512\b", src) and re.search(r"#define SLICES 4\b", src)
     assert dense.emitted(R3, 1, cfg).steps[0]["block"] == [512, 1, 1]
-    # a split's block receives every slice's partial tile of its share from every block, beside the pipeline
-    assert dense.recv_bytes(cfg) == 4 * 32 * 128 * 4 == 4 * dense.recv_bytes(dense.DenseConfig(32, 128, 8))
-    assert dense.smem_bytes(cfg) == dense.smem_bytes(dense.DenseConfig(32, 128, 8)) + 3 * 32 * 128 * 4
+    # a split's block adds its slices' partial tiles in its own shared memory (over the stages) and pushes one tile:
+    # it receives one partial of its share from every block, as without slices
+    assert dense.recv_bytes(cfg) == 32 * 128 * 4 == dense.recv_bytes(dense.DenseConfig(32, 128, 8))
+    assert dense.smem_bytes(cfg) == max(dense.smem_bytes(dense.DenseConfig(32, 128, 8)) - dense.recv_bytes(cfg),
+                                        4 * 32 * 132 * 4) + dense.recv_bytes(cfg)
+    assert "red + (slice * BM" in src and "(rank * SHARE + v - owner * SHARE)" in src and "KS * SLICES" not in src
+    assert src.index("red + (slice * BM") < src.index("snn_ksum_push4(recv_s") < src.index("snn_ksum_wait(bar_s)")
     # a lone block (no cluster) with slices sums them in its own shared memory
     fn1, src1 = dense.render(R3, 8, dense.DenseConfig(64, 64, 1, 128, 2))
     assert "cluster.sync" not in src1 and "__cluster_dims__" not in src1 and "red + (slice * BM" in src1

@@ -3,7 +3,8 @@
 # graphs: this checkout (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
 # (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
-# again. Parts (PARTS, default "checks ab ncu"):
+# again; with CALIBRATE=0 it keeps that calibration's choices as they are (a change to kernels that keep their names:
+# both sides run the same kernels, each built from its own templates). Parts (PARTS, default "checks ab ncu"):
 # - checks: the dense kernel's cases (tests/kernel_cases.py) against float64 and its warp tiles under
 #   compute-sanitizer memcheck (kernel_checks.log, memcheck.log);
 # - ab: after's calibration (after_NET_calibrate.log, after_NET_tuning.json.gz), then breakdown.py at batch 1 in both
@@ -17,7 +18,7 @@ set -uo pipefail
 out=$(realpath -m "${1:?usage: warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}"); photos=$(realpath "${2:?PHOTO_DIR}")
 tdir=$(realpath "${3:?TUNING_DIR}"); before=$(realpath "${4:?BEFORE_TREE}")
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
-PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}
+PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}
 mkdir -p "$out"
 for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
@@ -25,7 +26,7 @@ for tree in "$after" "$before"; do (
   for net in $NETS; do
     snn-codegen build "$net" --gpu "$GPU" --batch 1 -j 16 2>&1 | tail -1
     python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tdir/${net}_tuning.json.gz" \
-      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && echo --drop-graph 1)
+      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE" = 1 ] && echo --drop-graph 1)
   done
 ) done
 cd "$after" && . docs/results/env.sh
@@ -39,6 +40,7 @@ if [[ " $PARTS " == *" checks "* ]]; then
 fi
 if [[ " $PARTS " == *" ab "* ]]; then
   for net in $NETS; do
+    [ "$CALIBRATE" = 1 ] || break
     timeout 300 snn-run calibrate --spec "$net" --batch 1 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
       > "$out/after_${net}_calibrate.log" 2>&1
     grep -E "measurement|^in the graph|^  [^ ]|rror" "$out/after_${net}_calibrate.log"
@@ -49,8 +51,9 @@ if [[ " $PARTS " == *" ab "* ]]; then
      timeout 150 python3 "$here/breakdown.py" "$3" 1 "$photos" "$out/$1_$3_b1.json" > "$out/$1_$3_b1.log" 2>&1
      echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b1.log" | cut -c1-160)")
   }
-  echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")}) on $(basename "$tdir")'s calibration plus its own" \
-       "new kernels' and a new graph step's; before: $(tree_commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
+  mine="plus its own new kernels' and a new graph step's"; [ "$CALIBRATE" = 1 ] || mine="as it is"
+  echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")}) on $(basename "$tdir")'s calibration $mine;" \
+       "before: $(tree_commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
   for net in $NETS; do
     bd after "$after" $net; bd before "$before" $net; bd before2 "$before" $net; bd after2 "$after" $net
   done
