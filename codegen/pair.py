@@ -34,7 +34,7 @@ MAX_BATCH = 1
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX))
+              (32, 64, 128, 1, 2, True, 2 * TX), (32, 64, 128, 2, 2, False, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)
@@ -93,7 +93,12 @@ def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
     """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return (stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * cfg.slices * share * 4)
+    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+
+
+def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
+    """Whether the slices' partial y tiles, added before the push, fit over the stages, the shift and the W2 share."""
+    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + cfg.bn1 * second.N
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -118,6 +123,9 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
+    if not red2_fits(first, second, cfg):
+        raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
+                         f"and the W2 share")
     if smem_bytes(first, second, cfg) > SMEM_LIMIT:
         raise ValueError(f"{cfg.tag()}: {smem_bytes(first, second, cfg)} bytes of shared memory, over {SMEM_LIMIT}")
 

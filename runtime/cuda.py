@@ -12,7 +12,7 @@ from pathlib import Path
 from .errors import RunError
 
 TORCH_MISSING = "snn-run needs PyTorch with CUDA: pip install -e '.[gpu]'"
-_DEFAULT_SMEM_LIMIT = 48 * 1024  # above this a kernel must opt in (cuFuncSetAttribute)
+_DEFAULT_SMEM_LIMIT = 48 * 1024  # static + dynamic above this: a kernel must opt in (cuFuncSetAttribute)
 
 
 def import_torch():
@@ -118,6 +118,7 @@ class Device:
         self._modules: dict[str, object] = {}
         self._functions: dict[tuple[str, str], object] = {}
         self._smem_opt_in: dict[tuple[str, str], int] = {}
+        self._static: dict[tuple[str, str], int] = {}
         self._large_clusters: set[tuple[str, str]] = set()
         # programmatic dependent launches: sm_90+, a cuda-python with cuLaunchKernelEx; SNN_PDL=0 turns them off
         self.pdl = (self.compute_capability >= (9, 0) and hasattr(drv, "cuLaunchKernelEx")
@@ -148,6 +149,13 @@ class Device:
             self._functions[key] = fn
         return key, fn
 
+    def _static_smem(self, key, fn) -> int:
+        """A function's static shared memory (a K split's mbarriers): the 48 KB without opt-in counts it too."""
+        if key not in self._static:
+            self._static[key] = check(self.drv.cuFuncGetAttribute(
+                self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn), "cuFuncGetAttribute")
+        return self._static[key]
+
     def launch(self, cubin: str | Path, name: str, grid, block, smem: int, args, pdl: bool = False,
                cluster: int = 0) -> None:
         """Launch `name` on torch's current stream; args are (value, ctypes type) pairs. pdl: the kernel waits
@@ -162,7 +170,7 @@ class Device:
                 fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                 f"allowing clusters of {cluster} blocks for '{name}'")
             self._large_clusters.add(key)
-        if smem > _DEFAULT_SMEM_LIMIT and self._smem_opt_in.get(key, 0) < smem:
+        if smem and self._smem_opt_in.get(key, 0) < smem and smem + self._static_smem(key, fn) > _DEFAULT_SMEM_LIMIT:
             check(self.drv.cuFuncSetAttribute(
                 fn, self.drv.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem),
                 f"allowing {smem} bytes of shared memory for '{name}'")

@@ -48,6 +48,17 @@ def test_candidates_at_batch_one_on_gpus_with_clusters():
         assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
 
 
+def test_slices_add_their_partial_y_tiles_before_the_cluster_sum():
+    one, two = pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 2, 2)
+    src = pair.render(*L3, 1, two)[1]
+    # one tile pushed a block, whatever its slices: the received partials do not grow with them
+    assert pair.smem_bytes(*L3, two) == pair.smem_bytes(*L3, one)
+    assert src.index("red2 + (slice * BM") < src.index("snn_ksum_push4(recv_s") < src.index("snn_ksum_wait(bar_s)")
+    assert "KS * SLICES" not in src and "red2" not in pair.render(*L3, 1, one)[1]
+    with pytest.raises(ValueError, match="do not fit over the stages"):
+        pair.render(*L3, 1, pair.PairConfig(32, 64, 128, 4, 2))
+
+
 def test_render_a_portable_cluster_compiled_in_and_a_larger_one_given_at_launch():
     big = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2))   # 1024 / 64: 16 blocks a cluster
     small = pair.emitted(*L3, 1, pair.PairConfig(16, 128, 128, 2))   # 8

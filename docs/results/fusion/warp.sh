@@ -5,8 +5,9 @@
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
 # again; with CALIBRATE=0 it keeps that calibration's choices as they are (a change to kernels that keep their names:
 # both sides run the same kernels, each built from its own templates). Parts (PARTS, default "checks ab ncu"):
-# - checks: the dense kernel's cases (tests/kernel_cases.py) against float64 and its warp tiles under
-#   compute-sanitizer memcheck (kernel_checks.log, memcheck.log);
+# - checks: the dense kernel's cases (tests/kernel_cases.py; CASES: another pytest -k selection) against float64 and
+#   its warp tiles (SANITIZE: another --kernel-name filter) under compute-sanitizer memcheck (kernel_checks.log,
+#   memcheck.log);
 # - ab: after's calibration (after_NET_calibrate.log, after_NET_tuning.json.gz), then breakdown.py at batch 1 in both
 #   orders (after, before, before2, after2) and table.py's table (table.md: per kernel kind and conv shape);
 # - ncu (after ab): Nsight Compute on DenseNet-201's 14x14 dense kernels in the graph, one at a time, each side on its
@@ -19,6 +20,8 @@ out=$(realpath -m "${1:?usage: warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}"); 
 tdir=$(realpath "${3:?TUNING_DIR}"); before=$(realpath "${4:?BEFORE_TREE}")
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
 PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}
+CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
+SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 mkdir -p "$out"
 for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
@@ -31,10 +34,10 @@ for tree in "$after" "$before"; do (
 ) done
 cd "$after" && . docs/results/env.sh
 if [[ " $PARTS " == *" checks "* ]]; then
-  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat" 2>&1 | tail -1 \
+  timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "$CASES" 2>&1 | tail -1 \
     | tee "$out/kernel_checks.log"
-  compute-sanitizer --tool memcheck --kernel-name kns=t32s --report-api-errors no --error-exitcode 9 \
-    --target-processes all python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "dense or concat" \
+  compute-sanitizer --tool memcheck ${SANITIZE:+--kernel-name "$SANITIZE"} --report-api-errors no --error-exitcode 9 \
+    --target-processes all python3 -m pytest -q -p no:cacheprovider tests/gpu/test_kernels.py -k "$CASES" \
     > "$out/memcheck.log" 2>&1
   echo "memcheck exit code: $? (0: no error found)" | tee -a "$out/memcheck.log"
 fi
