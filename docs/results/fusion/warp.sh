@@ -22,14 +22,17 @@ here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
 PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}
 CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
+REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
 mkdir -p "$out"
 for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
   [ "$tree" = "$after" ] && env_report > "$out/env.txt"
   for net in $NETS; do
     snn-codegen build "$net" --gpu "$GPU" --batch 1 -j 16 2>&1 | tail -1
-    python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tdir/${net}_tuning.json.gz" \
-      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE" = 1 ] && echo --drop-graph 1)
+    tin="$tdir/${net}_tuning.json.gz"; [ -f "$tin" ] || tin="$tdir/after_${net}_tuning.json.gz"   # a warp.sh output
+    python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tin" \
+      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE" = 1 ] && echo --drop-graph 1) \
+      ${REMEASURE:+$([ "$tree" = "$after" ] && echo --remeasure "$REMEASURE")}
   done
 ) done
 cd "$after" && . docs/results/env.sh
