@@ -55,8 +55,8 @@ SLICES = (1, 2, 4)
 # chunks (there the graph ran faster with them, docs/results/fusion/h200/warp): WARP_TILES where N allows,
 # WARP_NARROW_TILES where the narrow tiles are (narrow_wanted). Unsplit, a block runs the whole K range at one warp a
 # scheduler, where the 128-thread tiles' second warp hides more of each chunk's wait.
-WARP_TILES = ((32, 64, 32, 4), (16, 128, 32, 4), (32, 64, 32, 8))
-WARP_NARROW_TILES = ((64, 32, 32, 4), (32, 32, 32, 4), (16, 32, 32, 4), (32, 32, 32, 8), (16, 32, 32, 8))
+WARP_TILES = ((32, 64, 32, 4), (16, 128, 32, 4))
+WARP_NARROW_TILES = ((64, 32, 32, 4), (32, 32, 32, 4), (16, 32, 32, 4))
 WARP_SLICES = (4, 8)
 WARP_TX = 8
 WARP_ACC = 64
@@ -203,7 +203,7 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
         if shape.N % bn:
             continue
         _, ks = _split(shape, batch, bm, bn, sms, clusters)
-        stages = DEEP_STAGES if batch == 1 and ks == 1 else STAGES
+        stages = DEEP_STAGES if batch == 1 and (ks == 1 or threads == 32) else STAGES
         if threads == 32 and ks < WARP_MIN_SPLIT:
             continue
         cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld)
