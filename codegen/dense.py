@@ -37,7 +37,9 @@ TILES = tuple((bm, bn, t, s) for bm, bn, t in ((32, 64, 128), (64, 64, 128), (32
 # (docs/results/dense/h100/variants.*)
 CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 64, 128, 2))
 # a block that takes the whole K range at batch 1 runs the most chunks: four stages measured 9-13 % faster than
-# three there, within 3 % either way where the K range is split (variants.*)
+# three there, within 3 % either way where the K range is split (variants.*); the warp tiles, one warp a scheduler
+# waiting out each chunk's copies, take four too (DenseNet-201's replay 1.230 / 1.244 -> 1.222 / 1.223 ms,
+# docs/results/fusion/h200/deep)
 DEEP_STAGES = 4
 # 32-channel tiles (8 threads along N): the only ones for 32 output channels (DenseNet's growth convs), and more
 # blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted), at

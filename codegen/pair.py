@@ -34,7 +34,7 @@ MAX_BATCH = 1
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX), (32, 64, 128, 2, 2, False, 2 * TX))
+              (32, 64, 128, 1, 2, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)

@@ -179,12 +179,15 @@ def test_a_concat_slice_kernel_stores_at_the_pitch_it_is_given():
     assert both.steps[0]["args"] == CONV_ARGS + IN_ARGS + ZERO_ARGS + OUT_ARGS + IN_BN_ARGS
 
 
-def test_batch_one_blocks_over_the_whole_k_range_get_the_deeper_pipeline():
-    shape = ConvShape(128, 512, 28, 28, 1, 1, (1, 1), (0, 0))
-    for b in (1, 8):
-        for c in dense.candidates(shape, b):
-            assert c.stages == (dense.DEEP_STAGES if b == 1 and c.ks == 1 else dense.STAGES), (b, c)
-    assert any(c.ks == 1 for c in dense.candidates(shape, 1)) and any(c.ks > 1 for c in dense.candidates(shape, 1))
+def test_batch_one_blocks_over_the_whole_k_range_and_warp_tiles_get_the_deeper_pipeline():
+    for shape in (ConvShape(128, 512, 28, 28, 1, 1, (1, 1), (0, 0)), R1):
+        for b in (1, 8):
+            for c in dense.candidates(shape, b):
+                deep = b == 1 and (c.ks == 1 or c.threads == 32)
+                assert c.stages == (dense.DEEP_STAGES if deep else dense.STAGES), (b, c)
+    cands = dense.candidates(ConvShape(128, 512, 28, 28, 1, 1, (1, 1), (0, 0)), 1)
+    assert any(c.ks == 1 for c in cands) and any(c.ks > 1 and c.stages == dense.STAGES for c in cands)
+    assert any(c.threads == 32 and c.ks > 1 and c.stages == dense.DEEP_STAGES for c in dense.candidates(R1, 1))
 
 
 @needs_nvcc
@@ -275,7 +278,8 @@ def test_warp_tiles_give_each_warp_the_whole_tile_over_its_share_of_a_chunk():
     for define in ("TT 32 ", "SLICES 4", "TX 8 ", "THREADS 128"):
         assert re.search(rf"#define {define}", src), define
     assert dense.DenseConfig(32, 64, 1).tx == 16     # the 128-thread tile of the same shape: 16 along N
-    assert dataclasses.replace(cfg, ks=4) in dense.candidates(R1, 1, in_bn=True)     # 28 tiles: 4 blocks each
+    # 28 tiles: 4 blocks each, four stages (a warp tile at batch 1)
+    assert dataclasses.replace(cfg, ks=4, stages=dense.DEEP_STAGES) in dense.candidates(R1, 1, in_bn=True)
     assert all(c.threads != 32 for c in dense.candidates(R1, 8))
     # only where the K range is split WARP_MIN_SPLIT ways or more: at 56x56 98 tiles leave no split
     unsplit = ConvShape(64, 64, 56, 56, 3, 3, (1, 1), (1, 1))
