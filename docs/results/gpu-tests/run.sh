@@ -11,7 +11,7 @@ cd "$(dirname "$0")/../../.."
 . docs/results/env.sh
 export SNN_RESULTS=$out ${photos:+SNN_PHOTOS=$photos}
 env_report > "$out/env.txt"
-for n in resnet152 densenet201 vgg19; do
+for n in ${NETS:-resnet152 densenet201 vgg19}; do   # NETS: fewer bundles (the tests of the others skip)
   snn-codegen build network_specs/$n.yaml --gpu "$GPU" --batch 1,8 -j 16 2>&1 | tail -2
 done | tee "$out/build.log"
 python3 -m pytest -q -m gpu tests/gpu -p no:cacheprovider -rs 2>&1 | tee "$out/pytest_gpu.log"
