@@ -46,3 +46,4 @@ for net in "${nets[@]}"; do
 done
 # the table from every e2e result in OUT so far (a calibrate-only part has none yet)
 has e2e && python3 docs/results/bench/table.py "$out" --readme README.md | tee -a "$out/log.txt"
+has e2e && gzip -f "$out"/*/e2e-*/e2e_*.json   # the raw times, kept gzipped (table.py reads either)

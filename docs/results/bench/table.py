@@ -2,6 +2,7 @@
 table put between the README's `results-table` markers.
     python3 docs/results/bench/table.py OUT [--readme README.md]"""
 import argparse
+import gzip
 import json
 import re
 from pathlib import Path
@@ -14,8 +15,8 @@ MARK = re.compile(r"(<!-- results-table:begin -->\n).*?(<!-- results-table:end -
 def merged(out: Path) -> list[dict]:
     """One e2e document per network, the batches of every e2e run of it under OUT merged."""
     docs: dict[str, dict] = {}
-    for p in sorted(out.glob("*/e2e-*/e2e_*.json")):
-        d = json.loads(p.read_text())
+    for p in sorted([*out.glob("*/e2e-*/e2e_*.json"), *out.glob("*/e2e-*/e2e_*.json.gz")]):
+        d = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
         if d.get("kind") != "e2e" or "profiles" not in d:
             continue
         m = docs.setdefault(d["network"], {**d, "runs": {}})
@@ -51,7 +52,7 @@ def main():
     a = ap.parse_args()
     docs = merged(a.out)
     if not docs:
-        raise SystemExit(f"{a.out}: no e2e results (*/e2e-*/e2e_*.json)")
+        raise SystemExit(f"{a.out}: no e2e results (*/e2e-*/e2e_*.json[.gz])")
     md = table(docs)
     (a.out / "table.md").write_text(md)
     if plots.available():

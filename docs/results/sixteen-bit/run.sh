@@ -18,5 +18,6 @@ env_report > "$out/env_$name.txt"
   snn-run bench e2e --spec "$net" --batch "$batches" --images "$photos" --sparsity-profile trained --reps 30 \
     --precisions "${PRECISIONS:-fp32,tf32,fp16,bf16}" --out "$out/$name" 2>&1 | grep -v "Warning"
 } 2>&1 | tee "$out/log_$name.txt"
+gzip -f "$out/$name"/e2e_*.json 2>/dev/null   # the raw times, kept gzipped
 # the engine alone (no baselines in the process): replay and call times, OUT/engine_b1.json
 [ "$net" = resnet152 ] && python3 "$here/engine.py" "$out/engine_b1.json" --batch 1 2>&1 | grep -v Warning | tee "$out/engine_b1.log"
