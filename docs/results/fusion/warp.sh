@@ -1,6 +1,7 @@
 #!/bin/bash
-# The dense FP32 kernel's warp tiles at batch 1 (codegen/dense.py WARP_TILES) in ResNet-152's and DenseNet-201's
-# graphs: this checkout (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
+# A change to the dense FP32 and pair kernels at batch 1 (fusion/h200/warp: the warp tiles, codegen/dense.py
+# WARP_TILES; sums, deep) in ResNet-152's and DenseNet-201's graphs: this checkout (after) against BEFORE_TREE
+# (before), in one call. Both sides start from the same calibration
 # (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
 # again; with CALIBRATE=0 it keeps that calibration's choices as they are (a change to kernels that keep their names:
