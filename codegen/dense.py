@@ -115,10 +115,10 @@ def chunks(shape: ConvShape) -> int:
     return shape.R * shape.S * shape.C // BK
 
 
-def ksum_bytes(bm: int, bn: int, ks: int, slices: int = 1) -> int:
+def ksum_bytes(bm: int, bn: int, ks: int) -> int:
     """What a block of a K split receives (templates/_ksum.cu.j2; this kernel's and the tensor-core kernel's): every
-    block's partial sums, of each of its slices, of its share of the bm x bn tile (SHARE float4s)."""
-    return ks * slices * math.ceil(bm * bn // 4 / ks) * 16
+    block's partial sums (its slices added first) of its share of the bm x bn tile (SHARE float4s)."""
+    return ks * math.ceil(bm * bn // 4 / ks) * 16
 
 
 def recv_bytes(cfg: DenseConfig) -> int:
