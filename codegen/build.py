@@ -39,7 +39,7 @@ from .dense import DenseConfig
 from .direct import DirectConfig
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_EPILOGUE, MAXPOOL_THREADS,
                    MAXPOOL_VECTOR, PDL,
-                   epilogue_function, maxpool_function)
+                   avgpool_function, epilogue_function, maxpool_function)
 from .errors import UserError
 from .spec import Network
 
@@ -281,6 +281,7 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
                                    f"{sorted(entries)}")
     _check_defines(records, epi_name, epilogue_function(), "epilogue")
     _check_defines(records, pool_name, maxpool_function(), "max-pool")
+    _check_defines(records, pool_name, avgpool_function(), "average-pool")
 
     try:
         placed = bundle.write_cubins(out_dir, records)
@@ -392,6 +393,7 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
     _refuse_spills({n: records[n] for n in (epi_name, pool_name) if n})
     _check_defines(records, epi_name, epilogue_function(precision), "epilogue")
     _check_defines(records, pool_name, maxpool_function(precision), "max-pool")
+    _check_defines(records, pool_name, avgpool_function(precision), "average-pool")
     # a tensor-core kernel is one option the runtime measures beside cuDNN: one that spills is left out, not fatal
     spilled = {fn for fn in wanted if problems(records[fn])}
     if spilled:
@@ -440,23 +442,26 @@ def _refuse_spills(records: dict, why: str = "") -> None:
                            if len(bad) > 1 else ""))
 
 
-def _check_defines(records: dict, source: str | None, fn: str, what: str) -> None:
-    """The bundle's one-a-bundle kernels (epilogue, max pool): the cubin of `source` defines the function launched."""
-    if source and fn not in records[source]["functions"]:
+def _check_defines(records: dict, source: str | None, fn: str | None, what: str) -> None:
+    """The bundle's one-a-bundle kernels (epilogue, pools): the cubin of `source` defines the function launched."""
+    if source and fn and fn not in records[source]["functions"]:
         raise RuntimeError(f"the {what} source {source} does not define {fn}")
 
 
 def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None]:
-    """The bundle's max-pool kernel where the network has a max-pool layer (and the stages render one)."""
-    if stages.render_maxpool is None or not any(n.op == "maxpool" for n in net.nodes):
+    """The bundle's pool kernels where the network has a max- or average-pool layer (and the stages render them)."""
+    if stages.render_maxpool is None or not any(n.op in ("maxpool", "avgpool") for n in net.nodes):
         return None, None
     return stages.render_maxpool(precision)
 
 
 def _maxpool_entry(placed: dict, record: dict, precision: str) -> dict:
     """The manifest's "maxpool": its cubin, function, block, the channels a thread takes, whether it takes its
-    producer's epilogue (shift, relu, zeros), launch marks, resources."""
-    return {**placed, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
+    producer's epilogue (shift, relu, zeros), the average pool's function in the same cubin (where there is one),
+    launch marks, resources."""
+    avg = avgpool_function(precision)
+    return {**placed, "function": maxpool_function(precision), **({"avg_function": avg} if avg else {}),
+            "block": [MAXPOOL_THREADS],
             "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": PDL,
             **resources(record)}
 

@@ -330,18 +330,28 @@ MAXPOOL_VECTOR = {"fp32": 4, "bf16": 8, "fp16": 8}
 MAXPOOL_EPILOGUE = {"fp32": True, "bf16": False, "fp16": False}
 
 
+# precisions whose pool source also defines the average pool (batchnorm + ReLU applied as it reads, zeros counted)
+AVGPOOL = {"fp32": True, "bf16": False, "fp16": False}
+
+
 def maxpool_function(precision: str = "fp32") -> str:
     return _function("maxpool", precision)
 
 
+def avgpool_function(precision: str = "fp32") -> str | None:
+    return _function("avgpool", precision) if AVGPOOL[precision] else None
+
+
 def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
-    """(name, source) of the bundle's max-pool kernel for `precision`'s activations (NHWC, any window, stride,
-    padding, batch: the sizes are launch arguments, runtime/kernels.py)."""
+    """(name, source) of the bundle's pool kernels for `precision`'s activations: the max pool (NHWC, any window,
+    stride, padding, batch: the sizes are launch arguments, runtime/kernels.py) and, where AVGPOOL, the average
+    pool beside it (avgpool_function)."""
     name = maxpool_function(precision)
     header, dt2, _, _, from_f = _SIXTEEN.get(precision, (None,) * 5)
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
-        VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision])
+        VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision],
+        AVG=avgpool_function(precision))
 
 
 def render_selector() -> tuple[str, str]:

@@ -100,8 +100,8 @@ class ConvLayer:
     input: str          # producer node name
     input_op: str       # producer op ("relu", "maxpool", "input", ...)
     groups: int = 1
-    sparse: bool = False  # may run a sparse kernel: its input is a ReLU output (possibly through maxpool or
-                          # concat, which keep the zeros) and it is not grouped. Only these are planned,
+    sparse: bool = False  # may run a sparse kernel: its input is a ReLU output (possibly through a pool or
+                          # concat, which keep zeros) and it is not grouped. Only these are planned,
                           # built and dispatched; the rest (the image-reading stem, grouped convs) run dense.
     into_concat: bool = False  # only concats read its value (directly, or through its own batchnorm and ReLU):
                                # its kernels can write their channels of the concat's buffer (KernelConfig.out_ld)
@@ -138,7 +138,7 @@ class Network:
         relu_derived: set[str] = set()
         out = []
         for n in self.nodes:  # topological order
-            if (n.op == "relu" or (n.op == "maxpool" and n.inputs[0] in relu_derived)
+            if (n.op == "relu" or (n.op in ("maxpool", "avgpool") and n.inputs[0] in relu_derived)
                     or (n.op == "concat" and all(i in relu_derived for i in n.inputs))):
                 relu_derived.add(n.name)
             if n.op != "conv":
@@ -322,7 +322,44 @@ def parse_spec(text: str, path: str | Path = "<spec>") -> Network:
     output = doc.get("output", order[-1] if "output" not in doc else None)
     if not isinstance(output, str) or output not in parsed:
         raise SpecError(path, f"field 'output' names unknown node {output!r}")
+    nodes, output = pools_first(nodes, output)
     return Network(name, str(path), input_name, input_shape, tuple(nodes), output)
+
+
+def pools_first(nodes: list[Node], output: str) -> tuple[list[Node], str]:
+    """Each 1x1 conv (stride 1, unpadded) that one average pool alone reads (unpadded, floor mode, fewer pixels
+    out than in) runs after the pool instead: a 1x1 conv and an average over pixels are both linear, so the conv
+    on the pooled map gives the same values up to rounding, for a fraction of the MACs (a DenseNet transition:
+    a quarter). Names stay: the pool's node reads the conv's input, the conv's node reads the pool, and the pool's
+    readers read the conv. Every stage after the parse (the build, the runtime, the references) sees the new order."""
+    readers: dict[str, list[str]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n.name)
+    by_name = {n.name: n for n in nodes}
+    swaps: dict[str, Node] = {}   # conv -> the pool read after it
+    for n in nodes:
+        conv = by_name.get(n.inputs[0]) if n.op == "avgpool" else None
+        if conv is None or conv.op != "conv" or conv.name == output or readers[conv.name] != [n.name] \
+                or n["padding"] != (0, 0) or n["ceil_mode"] or n.shape[1] * n.shape[2] >= conv.shape[1] * conv.shape[2] \
+                or conv["kernel"] != (1, 1) or conv["stride"] != (1, 1) or conv["padding"] != (0, 0):
+            continue
+        swaps[conv.name] = n
+    if not swaps:
+        return nodes, output
+    now_conv = {pool.name: conv for conv, pool in swaps.items()}
+    out = []
+    for n in nodes:
+        if n.name in now_conv:
+            continue
+        if n.name in swaps:
+            pool = swaps[n.name]
+            out.append(Node(pool.name, "avgpool", n.inputs, pool.attrs, pool.param,
+                            (n["in_channels"], *pool.shape[1:])))
+            out.append(Node(n.name, "conv", (pool.name,), n.attrs, n.param, pool.shape))
+        else:
+            out.append(Node(n.name, n.op, tuple(now_conv.get(i, i) for i in n.inputs), n.attrs, n.param, n.shape))
+    return out, now_conv.get(output, output)
 
 
 def _tname(v: Any) -> str:

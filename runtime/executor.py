@@ -453,8 +453,7 @@ class Executor:
             elif op.kind == "maxpool":
                 env[op.name] = self._maxpool(env[op.inputs[0]], a, counters if count else None)
             elif op.kind == "avgpool":
-                env[op.name] = F.avg_pool2d(env[op.inputs[0]], a["kernel"], a["stride"], a["padding"],
-                                            ceil_mode=a["ceil_mode"])
+                env[op.name] = self._avgpool(env[op.inputs[0]], a, counters if count else None)
             elif op.kind == "adaptive_avgpool":
                 env[op.name] = self._adaptive_avgpool(env[op.inputs[0]], a["size"])
             elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
@@ -522,6 +521,32 @@ class Executor:
         if y is None:
             y = self.torch.nn.functional.max_pool2d(x, a["kernel"], a["stride"], a["padding"],
                                                     ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
+        if slot is not None:   # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
+            self.backend.epilogue(y, None, None, None, y, counters, slot, True)
+        return y
+
+    def _avgpool(self, x, a: dict, counters=None):
+        """On the bundle's average-pool kernel where the backend has one that takes x (whole windows), else torch's.
+        With attrs "epilogue" (lower._into_avgpools: a pre-activation's batchnorm + ReLU, the pooled zeros counted
+        into `slot`) the kernel applies it; else the backend's epilogue launches run before the pool (and count
+        after it)."""
+        torch = self.torch
+        ep = a.get("epilogue")
+        slot = ep["slot"] if ep and counters is not None else None
+        pool = getattr(self.backend, "avgpool", None)   # CudaBackend's (TorchBackend has none)
+        if pool is not None and x.dim() == 4 and tuple(a["padding"]) == (0, 0) and not a["ceil_mode"]:
+            out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], 0, False) for i in (0, 1))
+            y = pool(x, a["kernel"], a["stride"], out_hw, *((ep["scale"], ep["shift"], ep["relu"]) if ep else ()),
+                     counters=counters if slot is not None else None, slot=slot)
+            if y is not None:
+                return y
+        cl = torch.channels_last
+        if ep:   # x may be a concat chain's view (its pixels wider apart than its channels): the backend reads it
+            t = torch.empty_like(x, memory_format=cl)
+            self.backend.epilogue(x, ep["scale"], ep["shift"], None, t, None, None, ep["relu"])
+            x = t
+        y = torch.nn.functional.avg_pool2d(x, a["kernel"], a["stride"], a["padding"],
+                                           ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
         if slot is not None:   # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
             self.backend.epilogue(y, None, None, None, y, counters, slot, True)
         return y

@@ -318,6 +318,34 @@ class CudaBackend:
                         args, bool(pool.get("pdl")))
         return out
 
+    def avgpool(self, inp, kernel, stride, out_hw, scale=None, shift=None, relu=False, counters=None, slot=None):
+        """Average pooling of whole windows (no padding) on the bundle's kernel (manifest "maxpool" "avg_function"):
+        a new channels_last tensor where each value read first becomes relu?(value * scale[c] + shift[c]) (shift
+        None: as read) and the pooled zeros are counted into counters[slot]; or None where the bundle has no such
+        kernel or the input does not suit it (another type, channels not whole 16-byte vectors): the caller pools
+        with torch then."""
+        pool = self.cache.maxpool
+        fn = pool.get("avg_function") if pool else None
+        if fn is None or inp.dtype != self.torch.float32 or inp.shape[1] % 4:
+            return None
+        inp = inp.contiguous(memory_format=self.torch.channels_last)
+        if inp.data_ptr() % 16:   # a view at an offset the kernel's 16-byte loads cannot take
+            return None
+        b, c, h, w = inp.shape
+        (p, q), (kh, kw), (sh, sw) = out_hw, kernel, stride
+        out = self.torch.empty((b, c, p, q), device=inp.device, dtype=inp.dtype,
+                               memory_format=self.torch.channels_last)
+        if out.numel() == 0:
+            return out
+        block = int(pool["block"][0])
+        threads = b * p * q * (c // 4)
+        args = [(inp.data_ptr(), _PTR), (out.data_ptr(), _PTR), (b * p * q, _I64)] + \
+            [(v, _I32) for v in (c, h, w, p, q, kh, kw, sh, sw)] + \
+            [(_ptr(scale), _PTR), (_ptr(shift), _PTR), (1 if relu else 0, _I32), (counter_ptr(counters, slot), _PTR)]
+        self.dev.launch(pool["cubin"], fn, ((threads + block - 1) // block, 1, 1), (block, 1, 1), 0, args,
+                        bool(pool.get("pdl")))
+        return out
+
     def sparse_conv(self, name, kentry, inp, weight, out, workspace, shape, epi=None, in_epi=None, into=None,
                     zero=None, zeroed=False) -> bool:
         """The kernel's steps and its epilogue (see the module's docstring); `zero` (float32) cleared by the

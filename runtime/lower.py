@@ -14,7 +14,7 @@
   value is the buffer's first channels (a view: later readers see pixels wider apart than their channels);
 - a conv whose value only such an op reads (DenseNet's conv2) writes it straight into its slice where its
   kernel can (attrs "concat"; the executor decides per kernel, the concat op copies what is not in place).
-Each conv whose input comes from a ReLU (possibly through maxpool/concat) is *eligible* for the sparse
+Each conv whose input comes from a ReLU (possibly through a pool or concat) is *eligible* for the sparse
 path; each tensor such a conv reads gets a zero-counter slot, counted by the epilogue that writes it or
 by a `count` op right after it; each value is dropped after its last reader.
 
@@ -45,7 +45,7 @@ class Op:
     # concat: none (torch.cat of its inputs), or in a chain (_concat_chains): buffer (the chain's name), total
     # (its channels), offsets (where each input goes), channels (this value's: the buffer's first ones);
     # count: slot; pools: kernel, stride, padding, ceil_mode / size, and a max pool's epilogue (_into_pools: shift,
-    # relu, slot); linear: weight, bias
+    # relu, slot) or an average pool's (_into_avgpools: scale, shift, relu, slot); linear: weight, bias
 
 
 @dataclass
@@ -99,7 +99,7 @@ def lower(net: Network, sd: dict, device="cpu", pool_epilogues: bool = True) -> 
     ops, slots = _counters(ops, eligible)
     ops = _into_convs(ops)
     if pool_epilogues:
-        ops = _into_pools(ops, eligible)
+        ops = _into_avgpools(_into_pools(ops, eligible))
     ops = _concat_chains(ops, lambda v: net.input_shape if v == net.input_name else g.nodes[v].shape)
     _into_concats(ops, net.output)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
@@ -253,7 +253,7 @@ def _fuse(g: _Graph, sd: dict, alias: dict[str, str], bias: dict, dev) -> tuple[
 
 def _counters(ops: list[Op], eligible: set[str]) -> tuple[list[Op], dict[str, int]]:
     """One zero counter per measured tensor: the epilogue that writes it counts; other ReLU-derived
-    inputs (after maxpool/concat) get a `count` op right after they are produced."""
+    inputs (after a pool or concat) get a `count` op right after they are produced."""
     slots: dict[str, int] = {}
     for op in ops:
         if op.kind == "conv" and op.name in eligible and op.inputs[0] not in slots:
@@ -315,6 +315,36 @@ def _into_pools(ops: list[Op], eligible: set[str]) -> list[Op]:
             continue
         op.attrs["epilogue"] = {"shift": ep["shift"], "relu": True, "slot": None}
         del conv.attrs["epilogue"]
+        nxt = ops[i + 1] if i + 1 < len(ops) else None
+        if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
+            op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]
+            dropped.add(id(nxt))
+    return [op for op in ops if id(op) not in dropped]
+
+
+def _into_avgpools(ops: list[Op]) -> list[Op]:
+    """A pre-activation's batchnorm + ReLU (an epilogue with a scale, into a new tensor) that one average pool alone
+    reads, the pool unpadded (a DenseNet transition's norm and relu, spec.pools_first having moved its conv after
+    the pool): the epilogue moves into the pool (attrs "epilogue": scale, shift, relu, slot), which applies it to
+    each value it reads and, where a count op followed the pool, counts the pooled zeros itself (the count op is
+    dropped). One launch instead of three, and the activation is never written whole. Where the backend's pool
+    cannot take it, Executor._avgpool launches the epilogue before the pool."""
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for v in op.inputs:
+            readers.setdefault(v, []).append(op)
+    made = {op.name: op for op in ops}
+    dropped: set[int] = set()
+    for i, op in enumerate(ops):
+        ep = made.get(op.inputs[0]) if op.kind == "avgpool" else None
+        if ep is None or ep.kind != "epilogue" or ep.attrs["scale"] is None or ep.attrs["inplace"] \
+                or ep.attrs["residual"] is not None or ep.attrs.get("slot") is not None \
+                or readers.get(ep.name) != [op] or tuple(op.attrs["padding"]) != (0, 0) or op.attrs["ceil_mode"]:
+            continue
+        op.attrs["epilogue"] = {"scale": ep.attrs["scale"], "shift": ep.attrs["shift"], "relu": ep.attrs["relu"],
+                                "slot": None}
+        op.inputs = ep.inputs
+        dropped.add(id(ep))
         nxt = ops[i + 1] if i + 1 < len(ops) else None
         if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
             op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]

@@ -197,8 +197,9 @@ def test_concat_block(tmp_path):
     assert net.node("cat1").inputs == ("relu0", "dl0.conv") and net.node("cat1").shape == (12, 16, 16)
     assert net.node("cat_final").inputs == ("relu0", "dl0.conv", "dl1.conv")
     assert net.node("cat_final").shape == (16, 16, 16)
-    pool = net.node("trans.pool")
-    assert pool.op == "avgpool" and pool["kernel"] == (2, 2) and pool.shape == (8, 8, 8)
+    pool = net.node("trans.pool")   # before the 1x1 transition conv now (spec.pools_first), at its input's width
+    assert pool.op == "avgpool" and pool["kernel"] == (2, 2) and pool.shape == (16, 8, 8)
+    assert net.node("trans.conv").inputs == ("trans.pool",) and net.node("trans.conv").shape == (8, 8, 8)
     assert {c.name: c.sparse for c in net.convs} == {"conv0": False, "dl0.conv": True, "dl1.conv": True,
                                                       "trans.conv": True}
     assert res.convs == 4 and res.sparse_convs == 3

@@ -252,3 +252,62 @@ def test_densenet_blocks_are_one_chain_each():
     assert len({op.attrs["buffer"] for op in cats}) == 4                     # one buffer per dense block
     assert [op.attrs["total"] for op in cats if op.name.endswith("denseblock4.cat")] == [1024]
     assert max(len(op.inputs) for op in cats if op.attrs["offsets"][0] > 0) == 1   # each later one adds a layer
+
+
+def test_a_transitions_norm_and_relu_run_in_its_pool():
+    """spec.pools_first puts the transition's pool before its conv; lower._into_avgpools then moves the pre-activation
+    (batchnorm scale and shift, ReLU) into the pool, which also counts the zeros its conv's dispatch reads: no
+    epilogue launch, no count op. Without pool epilogues (16 bits) the epilogue and the count op stay."""
+    net = parse_spec(DENSE, "dense.yaml")
+    sd = weights.random_init(net, seed=4)
+    prog = lower.lower(net, sd, "cpu")
+    ops = {(op.kind, op.name): op for op in prog.ops}
+    pool = ops[("avgpool", "t.pool")]
+    assert ("epilogue", "t.relu") not in ops and pool.inputs == ("block.cat",)
+    ep = pool.attrs["epilogue"]
+    scale, shift = lower.bn_scale_shift(sd, "t.norm", 1e-5)
+    assert ep["relu"] and torch.equal(ep["scale"], scale.float()) and torch.equal(ep["shift"], shift.float())
+    assert ep["slot"] == prog.slots["t.pool"] and prog.conv_op("t.conv").inputs == ("t.pool",)
+    assert not any(op.kind == "count" and op.name == "t.pool" for op in prog.ops)
+    plain = lower.lower(net, sd, "cpu", pool_epilogues=False)
+    kinds = {(op.kind, op.name) for op in plain.ops}
+    assert {("epilogue", "t.relu"), ("count", "t.pool")} <= kinds
+    assert "epilogue" not in next(op for op in plain.ops if op.name == "t.pool").attrs
+
+
+def test_a_transition_after_its_pool_gives_the_values_of_the_spec_as_written():
+    """float64: the conv on the pooled map (the order the executor runs) against torch's conv then pool on the same
+    pre-activation, as the spec file has them."""
+    net = parse_spec(DENSE, "dense.yaml")
+    sd = {k: v.double() for k, v in weights.random_init(net, seed=7).items()}
+    x = torch.randn(2, 3, 12, 12, dtype=torch.float64)
+    ref = executor.reference(net, sd, x, keep_all=True)
+    F = torch.nn.functional
+    as_written = F.avg_pool2d(F.conv2d(ref["t.relu"], sd["t.conv.weight"]), 2)
+    assert ref["t.conv"].shape == as_written.shape == (2, 8, 3, 3)
+    torch.testing.assert_close(ref["t.conv"], as_written, rtol=1e-12, atol=1e-12)
+
+
+def test_cuda_backend_avgpool_arguments():
+    """CudaBackend.avgpool launches the manifest's "avg_function" from the pool cubin: sizes, the pre-activation's
+    scale and shift, relu and the counter's slot; and declines (None) where the bundle has none or the channels are
+    not whole float4s."""
+    from test_runtime_torch import RecordingDevice, fake_cache
+    from snn.runtime.kernels import CudaBackend
+    net = parse_spec(DENSE, "dense.yaml")
+    cache = fake_cache(net)
+    cache.data["epilogue"] = {"cubin": "/e.cubin", "function": "snn_epilogue"}
+    dev = RecordingDevice()
+    be = CudaBackend(dev, cache)
+    x = torch.randn(2, 8, 6, 6).contiguous(memory_format=torch.channels_last)
+    s, t, counters = torch.ones(8), torch.zeros(8), torch.zeros(4, dtype=torch.int64)
+    assert be.avgpool(x, (2, 2), (2, 2), (3, 3), s, t, True, counters, 2) is None   # no pool entry
+    cache.data["maxpool"] = {"cubin": "/p.cubin", "function": "snn_maxpool", "block": [256], "vector": 4,
+                             "pdl": True, "avg_function": "snn_avgpool"}
+    y = be.avgpool(x, (2, 2), (2, 2), (3, 3), s, t, True, counters, 2)
+    assert y.shape == (2, 8, 3, 3) and y.is_contiguous(memory_format=torch.channels_last)
+    (cubin, fn, grid, block, smem, args), = dev.calls
+    assert (cubin, fn, grid, block, dev.pdl) == ("/p.cubin", "snn_avgpool", [1, 1, 1], [256, 1, 1], [True])
+    assert [v for v, _ in args] == [x.data_ptr(), y.data_ptr(), 18, 8, 6, 6, 3, 3, 2, 2, 2, 2,
+                                    s.data_ptr(), t.data_ptr(), 1, counters.data_ptr() + 16]
+    assert be.avgpool(x[:, :6], (2, 2), (2, 2), (3, 3)) is None

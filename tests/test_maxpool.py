@@ -8,7 +8,8 @@ import pytest
 from snn.codegen import bundle
 from snn.codegen.build import build, build_spec
 from snn.codegen.cache import CubinCache
-from snn.codegen.emit import MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool
+from snn.codegen.emit import (MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, avgpool_function, maxpool_function,
+                              render_maxpool)
 from snn.codegen.spec import load_spec
 from snn.runtime import manifest
 
@@ -32,9 +33,11 @@ def test_render_per_precision():
     assert fn == maxpool_function() == "snn_maxpool" and "float4" in src and "#include" not in src
     assert f"__launch_bounds__({MAXPOOL_THREADS}, 4)\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
     assert MAXPOOL_EPILOGUE["fp32"] and "int relu, unsigned long long* __restrict__ zeros)" in src   # its producer's
+    assert avgpool_function() == "snn_avgpool" and "\nsnn_avgpool(" in src and "scale[c]" in src   # the average pool
     for p in ("bf16", "fp16"):
         fn, src = render_maxpool(p)
         assert not MAXPOOL_EPILOGUE[p] and "shift" not in src and f"__launch_bounds__({MAXPOOL_THREADS})\n" in src
+        assert avgpool_function(p) is None and "avgpool" not in src
         assert fn == f"snn_maxpool_{p}" and "__hmax2_nan" in src and "uint4" in src and MAXPOOL_VECTOR[p] == 8
         assert ("cuda_bf16.h" if p == "bf16" else "cuda_fp16.h") in src
     with pytest.raises(ValueError, match="precision must be one of"):
@@ -61,6 +64,7 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
     assert pool["cubin"] == f"cubins/{fn}.cubin" and pool["function"] == fn and pool["pdl"]
     assert pool["block"] == [MAXPOOL_THREADS] and pool["vector"] == MAXPOOL_VECTOR[precision]
     assert pool["epilogue"] == MAXPOOL_EPILOGUE[precision]
+    assert pool.get("avg_function") == avgpool_function(precision)   # FP32's average pool, in the same cubin
     assert pool["registers"] > 0 and pool["stack"] == 0 and not bundle.verify(r.manifest_path.parent, m)
     cache = manifest.load(r.manifest_path, net, str(spec), 1, H100_CC, tuning_path=False)
     assert cache.maxpool["cubin"] == str(r.manifest_path.parent / f"cubins/{fn}.cubin")
@@ -79,6 +83,16 @@ def test_a_network_without_max_pool_has_no_entry(tmp_path):
     stages.render_maxpool = render_maxpool
     r = build(net, GPU(), [1], [0.5], out=tmp_path / "gen", stages=stages, cache=CubinCache(tmp_path / "cubins"))
     assert "maxpool" not in r.manifest and not (r.manifest_path.parent / "src" / "snn_maxpool.cu").exists()
+
+
+@needs_nvcc
+def test_a_network_with_an_average_pool_alone_has_the_entry(tmp_path):
+    net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1",
+                                                  "op: avgpool, input: ra, kernel: 2"))
+    stages = fake_stages()
+    stages.render_maxpool = render_maxpool
+    r = build(net, GPU(), [1], [0.5], out=tmp_path / "gen", stages=stages, cache=CubinCache(tmp_path / "cubins"))
+    assert r.manifest["maxpool"]["avg_function"] == "snn_avgpool"
 
 
 def load_spec_text(tmp_path, text):

@@ -125,3 +125,42 @@ def test_param_defaults_to_the_node_name_for_nodes_with_tensors():
                      "  - {name: r, op: relu, input: b}\n")
     assert [(n.name, n.param) for n in net.nodes] == [("c", "c"), ("b", "bn"), ("r", None)]
     assert net.convs[0].param == "c"
+
+
+TRANSITION = """\
+  - {name: c1, op: conv, input: image, in_channels: 3, out_channels: 8, kernel: 3, padding: 1}
+  - {name: r1, op: relu, input: c1}
+  - {name: t, op: conv, input: r1, in_channels: 8, out_channels: 4, kernel: 1, bias: true}
+  - {name: p, op: avgpool, input: t, kernel: 2}
+  - {name: r2, op: relu, input: p}
+  - {name: c2, op: conv, input: p, in_channels: 4, out_channels: 4, kernel: 3, padding: 1}
+"""
+
+
+def test_a_1x1_conv_before_an_average_pool_runs_after_it():
+    """spec.pools_first: the pool reads the conv's input, the conv (its name, param and fields kept) reads the pool at
+    the pooled size, and what read the pool reads the conv; the conv is ReLU-derived through the pool."""
+    net = parse(TRANSITION)
+    assert [(n.name, n.op, n.inputs, n.shape) for n in net.nodes[2:]] == [
+        ("p", "avgpool", ("r1",), (8, 16, 16)), ("t", "conv", ("p",), (4, 16, 16)),
+        ("r2", "relu", ("t",), (4, 16, 16)), ("c2", "conv", ("t",), (4, 16, 16))]
+    t = next(c for c in net.convs if c.name == "t")
+    assert (t.shape.C, t.shape.N, t.shape.H, t.shape.W, t.param, t.bias) == (8, 4, 16, 16, "t", True)
+    assert t.sparse and t.input_op == "avgpool"
+    assert net.output == "c2" and parse(TRANSITION + "  - {name: out, op: relu, input: c2}\n").output == "out"
+    # the pool as the network's output: the conv's node is the output then
+    assert parse("".join(TRANSITION.splitlines(True)[:4])).output == "t"
+
+
+@pytest.mark.parametrize("change", [
+    ("kernel: 1, bias: true", "kernel: 3, padding: 1, bias: true"),     # not a 1x1
+    ("kernel: 1, bias: true", "kernel: 1, stride: 2, bias: true"),      # strided
+    ("op: avgpool, input: t, kernel: 2", "op: avgpool, input: t, kernel: 3, stride: 1, padding: 1"),   # padded
+    ("op: avgpool, input: t, kernel: 2", "op: avgpool, input: t, kernel: 3, stride: 2, ceil_mode: true"),
+    ("op: avgpool, input: t, kernel: 2", "op: avgpool, input: t, kernel: 1"),   # as many pixels out as in
+    ("op: avgpool, input: t, kernel: 2", "op: maxpool, input: t, kernel: 2"),   # a max does not commute
+    ("input: p, in_channels: 4", "input: t, in_channels: 4"),           # the conv read by another node too
+])
+def test_what_does_not_commute_keeps_its_order(change):
+    net = parse(TRANSITION.replace(*change))
+    assert [n.name for n in net.nodes][2:4] == ["t", "p"] and net.node("p").inputs == ("t",)

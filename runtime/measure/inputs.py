@@ -70,7 +70,7 @@ def quantile(z, q: float) -> float:
 
 
 def relu_sources(net: Network) -> dict[str, set[str]]:
-    """conv name -> the ReLU nodes whose outputs its input is made of (through maxpool/concat)."""
+    """conv name -> the ReLU nodes whose outputs its input is made of (through pools and concats)."""
     nodes = {n.name: n for n in net.nodes}
 
     def walk(v):
@@ -79,7 +79,7 @@ def relu_sources(net: Network) -> dict[str, set[str]]:
             return None
         if n.op == "relu":
             return {v}
-        if n.op == "maxpool":
+        if n.op in ("maxpool", "avgpool"):
             return walk(n.inputs[0])
         if n.op == "concat":
             parts = [walk(i) for i in n.inputs]
@@ -121,6 +121,8 @@ def forward(net: Network, sd: dict, x, keep=(), on_relu=None, on_conv=None):
             pre[n.name] = v[0]
         elif n.op == "maxpool" and n.inputs[0] in pre:  # max commutes with the ReLU
             pre[n.name] = apply_node(torch, n, [pre[n.inputs[0]]], p)
+        elif n.op == "avgpool" and n.inputs[0] in pre:  # an average does not: its input's (ReLU of itself)
+            pre[n.name] = apply_node(torch, n, v, p)
         elif n.op == "concat" and all(k in pre for k in n.inputs):
             pre[n.name] = torch.cat([pre[k] for k in n.inputs], 1)
         y = apply_node(torch, n, v, p)

@@ -86,7 +86,8 @@ def conv_roles(net: Network) -> dict[str, set[str]]:
             ("block_input", block), ("3x3", k == (3, 3)), ("spatial", not one),
             ("bottleneck", one and reaches(c.name, ("batchnorm", "relu"), is_spatial)),
             ("expand", one and not block and to_add), ("shortcut", block and to_add),
-            ("transition", one and reaches(c.name, ("batchnorm", "relu"), lambda u: u.op in ("avgpool", "maxpool"))),
+            ("transition", one and (reaches(c.name, ("batchnorm", "relu"), lambda u: u.op in ("avgpool", "maxpool"))
+                                    or getattr(nodes.get(n.inputs[0]), "op", None) == "avgpool")),
         ) if yes}
         out[c.name] = roles
     return out
@@ -394,5 +395,8 @@ def apply_profile(net: Network, sd: dict, x, profile: Profile) -> tuple[dict, li
         unshifted = [r for r in relus if not params.get(r)]
         if unshifted:
             row["note"] = f"no bias to shift before {', '.join(unshifted)}: that input keeps the weights' sparsity"
+        elif c.input_op == "avgpool":   # spec.pools_first: a trained network's zeros are the ReLU's
+            row["pooled"] = True
+            row["note"] = "reads an average pool of the ReLU the target sets: a window of zeros alone stays zero"
         report.append(row)
     return sd, report

@@ -1,7 +1,8 @@
 """The bundle's max-pool kernel (codegen/templates/maxpool.cu.j2) through CudaBackend.maxpool against torch's
 max_pool2d in every precision: padding, ceil_mode windows that hang over the edge, unequal kernel / stride /
 padding pairs, a batch, negative values and a NaN (it must win, as in torch); the output poisoned first. In FP32 also
-with its producer's epilogue (shift + ReLU on each value read) and the pooled zeros counted."""
+with its producer's epilogue (shift + ReLU on each value read) and the pooled zeros counted; and the FP32 average pool
+beside it (CudaBackend.avgpool), plain and with a pre-activation's batchnorm + ReLU, against torch's."""
 import shutil
 
 import pytest
@@ -11,7 +12,8 @@ pytest.importorskip("cuda.bindings.driver")
 
 from snn.codegen.cache import CubinCache  # noqa: E402
 from snn.codegen.compile import Compiler  # noqa: E402
-from snn.codegen.emit import MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, maxpool_function, render_maxpool  # noqa: E402
+from snn.codegen.emit import (MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, avgpool_function,  # noqa: E402
+                              maxpool_function, render_maxpool)
 from snn.codegen.spec import pool_out  # noqa: E402
 from snn.runtime.cuda import Device, torch_dtype  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
@@ -30,7 +32,8 @@ class _Bundle:
     def __init__(self, precision, cubin):
         self.precision, self.epilogue = precision, {"cubin": "", "function": "unused"}
         self.maxpool = {"cubin": cubin, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
-                        "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": True}
+                        "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": True,
+                        **({"avg_function": avgpool_function(precision)} if avgpool_function(precision) else {})}
 
 
 @pytest.fixture(scope="module")
@@ -89,3 +92,38 @@ def test_maxpool_kernel_applies_its_producers_epilogue_and_counts(backends, case
     for prec in ("bf16", "fp16"):   # no epilogue there: declined, the executor runs it apart
         xs = x.to(torch_dtype(torch, prec))
         assert backends[prec].maxpool(xs, k, s, p, out_hw, shift.to(xs.dtype), True, None, None) is None
+
+
+AVG_CASES = [  # batch, channels, H, W, kernel, stride
+    (1, 1792, 14, 14, (2, 2), (2, 2)),    # DenseNet-201's third transition
+    (2, 24, 9, 8, (3, 2), (2, 2)),        # odd sizes: the last row and column left out, as torch's floor mode does
+    (3, 8, 6, 6, (3, 3), (1, 1)),         # overlapping windows
+]
+
+
+@pytest.mark.parametrize("case", range(len(AVG_CASES)))
+def test_avgpool_kernel_equals_torch_with_and_without_a_pre_activation(backends, case):
+    """relu(x * scale[c] + shift[c]) on every value read, then the window's mean: torch's pool of the same
+    pre-activation to FP32 rounding, zeros exactly where torch's are (a window of zeros), counted into the slot;
+    without one, torch's average pool of x."""
+    b, c, h, w, k, s = AVG_CASES[case]
+    g = torch.Generator("cuda").manual_seed(20 + case)
+    x = torch.randn(b, c, h, w, device="cuda", generator=g).contiguous(memory_format=torch.channels_last)
+    scale = torch.rand(c, device="cuda", generator=g) + 0.5
+    shift = torch.randn(c, device="cuda", generator=g) - 1.0   # most values below zero: windows of zeros
+    out_hw = tuple(pool_out((h, w)[i], k[i], s[i], 0, False) for i in (0, 1))
+    F = torch.nn.functional
+    counters = torch.full((3,), 5, dtype=torch.int64, device="cuda")
+    torch.full((b * c * out_hw[0] * out_hw[1],), float("nan"), device="cuda")   # poison
+    y = backends["fp32"].avgpool(x, k, s, out_hw, scale, shift, True, counters, 2)
+    ref = F.avg_pool2d((x.double() * scale.double().view(1, c, 1, 1) + shift.double().view(1, c, 1, 1)).relu(), k, s)
+    assert y is not None and y.shape == ref.shape and y.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(y.double(), ref, rtol=1e-6, atol=1e-6)
+    zeros = int((ref == 0).sum())
+    assert 0 < zeros < ref.numel() and torch.equal(y == 0, ref == 0)
+    assert counters.tolist() == [5, 5, 5 + zeros]
+    torch.full((b * c * out_hw[0] * out_hw[1],), float("nan"), device="cuda")
+    plain = backends["fp32"].avgpool(x, k, s, out_hw)
+    torch.testing.assert_close(plain, F.avg_pool2d(x, k, s), rtol=1e-6, atol=1e-6)
+    for prec in ("bf16", "fp16"):   # no average-pool kernel there: declined, torch pools
+        assert backends[prec].avgpool(x.to(torch_dtype(torch, prec)), k, s, out_hw) is None

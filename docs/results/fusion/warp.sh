@@ -1,11 +1,12 @@
 #!/bin/bash
-# A change to the dense FP32 and pair kernels at batch 1 (fusion/h200/warp: the warp tiles, codegen/dense.py
-# WARP_TILES; sums, deep) in ResNet-152's and DenseNet-201's graphs: this checkout (after) against BEFORE_TREE
-# (before), in one call. Both sides start from the same calibration
+# A change at batch 1 (to the dense FP32 and pair kernels: fusion/h200/warp, the warp tiles, codegen/dense.py
+# WARP_TILES; sums; deep; to the graph: transitions) in ResNet-152's and DenseNet-201's graphs: this checkout
+# (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
 # (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
-# again; with CALIBRATE=0 it keeps that calibration's choices as they are (a change to kernels that keep their names:
-# both sides run the same kernels, each built from its own templates). Parts (PARTS, default "checks ab ncu"):
+# again (REGRAPH=0: only new shapes'); with CALIBRATE=0 it keeps that calibration's choices as they are (a change to
+# kernels that keep their names: both sides run the same kernels, each built from its own templates).
+# Parts (PARTS, default "checks ab ncu"):
 # - checks: the dense kernel's cases (tests/kernel_cases.py; CASES: another pytest -k selection) against float64 and
 #   its warp tiles (SANITIZE: another --kernel-name filter) under compute-sanitizer memcheck (kernel_checks.log,
 #   memcheck.log);
@@ -20,7 +21,7 @@ set -uo pipefail
 out=$(realpath -m "${1:?usage: warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}"); photos=$(realpath "${2:?PHOTO_DIR}")
 tdir=$(realpath "${3:?TUNING_DIR}"); before=$(realpath "${4:?BEFORE_TREE}")
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
-PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}
+PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}; REGRAPH=${REGRAPH:-1}
 CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
@@ -32,7 +33,7 @@ for tree in "$after" "$before"; do (
     snn-codegen build "$net" --gpu "$GPU" --batch 1 -j 16 2>&1 | tail -1
     tin="$tdir/${net}_tuning.json.gz"; [ -f "$tin" ] || tin="$tdir/after_${net}_tuning.json.gz"   # a warp.sh output
     python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tin" \
-      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE" = 1 ] && echo --drop-graph 1) \
+      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE$REGRAPH" = 11 ] && echo --drop-graph 1) \
       ${REMEASURE:+$([ "$tree" = "$after" ] && echo --remeasure "$REMEASURE")}
   done
 ) done
@@ -58,7 +59,8 @@ if [[ " $PARTS " == *" ab "* ]]; then
      timeout 150 python3 "$here/breakdown.py" "$3" 1 "$photos" "$out/$1_$3_b1.json" > "$out/$1_$3_b1.log" 2>&1
      echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b1.log" | cut -c1-160)")
   }
-  mine="plus its own new kernels' and a new graph step's"; [ "$CALIBRATE" = 1 ] || mine="as it is"
+  mine="plus its own new kernels' and a new graph step's"; [ "$REGRAPH" = 1 ] || mine="plus its own new kernels' and shapes'"
+  [ "$CALIBRATE" = 1 ] || mine="as it is"
   echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")}) on $(basename "$tdir")'s calibration $mine;" \
        "before: $(tree_commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
   for net in $NETS; do
