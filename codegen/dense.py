@@ -64,9 +64,6 @@ WARP_TX = 8
 WARP_ACC = 64
 WARP_MAX_BATCH = 1
 WARP_MIN_SPLIT = 4
-# a warp tile issues at one warp a scheduler: where a K split larger than one wave's also fits two blocks an SM (a
-# 28x28 map's 32-pixel tiles), it is offered too, two warps a scheduler from two clusters' blocks
-SM_SMEM = 228 * 1024      # an SM's shared memory on sm_90, every block's included
 STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
 SMEM_LIMIT = 227 * 1024   # a block's dynamic shared memory on sm_90 (opt-in), where the K splits run
 
@@ -209,19 +206,14 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
             continue
         _, ks = _split(shape, batch, bm, bn, sms, clusters)
         stages = DEEP_STAGES if batch == 1 and (ks == 1 or threads == 32) else STAGES
-        splits = [ks]
-        if threads == 32:   # a warp tile: split WARP_MIN_SPLIT ways at least; two blocks an SM where that splits more
-            ks2 = _split(shape, batch, bm, bn, 2 * sms, clusters)[1]
-            splits = [k for k in (ks, ks2) if k >= WARP_MIN_SPLIT and (k == ks or ks2 > ks)]
-        for k in dict.fromkeys(splits):
-            cfg = DenseConfig(bm, bn, k, threads, slices, stages, in_bn, out_ld)
-            try:
-                check(shape, cfg)
-            except ValueError:
-                continue
-            if k != ks and 2 * (smem_bytes(cfg, shape) + 1024) > SM_SMEM:
-                continue
-            out.append(cfg)
+        if threads == 32 and ks < WARP_MIN_SPLIT:
+            continue
+        cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld)
+        try:
+            check(shape, cfg)
+        except ValueError:
+            continue
+        out.append(cfg)
     return sorted(set(out))
 
 
