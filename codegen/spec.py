@@ -184,7 +184,8 @@ class Network:
     def conv_pairs(self) -> tuple[tuple[ConvLayer, ConvLayer], ...]:
         """(a, b): conv b reads the ReLU of conv a's batchnorm, with a residual added in between or not, and reads
         it first (a bottleneck's convs, a ResNet block's last conv and the next block's first): the pairs
-        codegen/pair.py can run in one launch where their shapes allow (two 1x1 convs)."""
+        codegen/pair.py can run in one launch where their shapes allow (two 1x1 convs). The batchnorm must be all
+        that reads a (it folds into a): not a DenseNet transition's conv, which its block's concat reads too."""
         by_name = {c.name: c for c in self.convs}
         out = []
         for b in self.convs:
@@ -195,7 +196,7 @@ class Network:
             if v is not None and v.op == "add":
                 v = self._by_name.get(v.inputs[0])
             if v is not None and v.op == "batchnorm":
-                v = self._by_name.get(v.inputs[0])
+                v = self._by_name.get(v.inputs[0]) if self._readers.get(v.inputs[0]) == [v] else None
             if v is not None and v.op == "conv" and v.name in by_name:
                 out.append((by_name[v.name], b))
         return tuple(out)

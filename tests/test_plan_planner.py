@@ -61,13 +61,13 @@ def test_identical_shapes_are_planned_once(monkeypatch):
 
 
 def test_pre_activated_layers_get_kernels_that_stage_the_batchnorm():
-    """DenseNet's conv1 and transition convs (their input a batchnorm + ReLU of a concat: spec.ConvLayer.bn_input)
-    are planned with in_bn kernels (not clusters), predicted alike; a ResNet's convs (batchnorms folded into the conv
-    before) and DenseNet's conv2 are not."""
+    """DenseNet's conv1 (its input a batchnorm + ReLU of a concat: spec.ConvLayer.bn_input) is planned with in_bn
+    kernels (not clusters), predicted alike; a ResNet's convs (batchnorms folded into the conv before), DenseNet's
+    conv2 and its transition convs (after their pool, which applies the batchnorm + ReLU) are not."""
     net = load_spec("densenet121")
     bn = {c.name for c in net.convs if c.bn_input}
-    assert bn == {c.name for c in net.convs if c.name.endswith(".conv1") or ".transition" in c.name}
-    assert len(bn) == 58 + 3
+    assert bn == {c.name for c in net.convs if c.name.endswith(".conv1")}
+    assert len(bn) == 58
     assert not any(c.bn_input for c in load_spec("resnet50").convs)
     plan = plan_network(net, H100, 8, (0.5, 0.8))
     for lp in plan.layers:
