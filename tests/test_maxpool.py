@@ -76,23 +76,17 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
 
 
 @needs_nvcc
-def test_a_network_without_max_pool_has_no_entry(tmp_path):
-    net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1",
-                                                  "op: relu, input: ra"))
+@pytest.mark.parametrize("pool", ["op: relu, input: ra", "op: avgpool, input: ra, kernel: 2"])
+def test_the_entry_is_there_where_the_network_pools(tmp_path, pool):
+    """No pool: no entry and no source; an average pool alone: the entry, its average pool named."""
+    net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1", pool))
     stages = fake_stages()
     stages.render_maxpool = render_maxpool
     r = build(net, GPU(), [1], [0.5], out=tmp_path / "gen", stages=stages, cache=CubinCache(tmp_path / "cubins"))
-    assert "maxpool" not in r.manifest and not (r.manifest_path.parent / "src" / "snn_maxpool.cu").exists()
-
-
-@needs_nvcc
-def test_a_network_with_an_average_pool_alone_has_the_entry(tmp_path):
-    net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1",
-                                                  "op: avgpool, input: ra, kernel: 2"))
-    stages = fake_stages()
-    stages.render_maxpool = render_maxpool
-    r = build(net, GPU(), [1], [0.5], out=tmp_path / "gen", stages=stages, cache=CubinCache(tmp_path / "cubins"))
-    assert r.manifest["maxpool"]["avg_function"] == "snn_avgpool"
+    if "avgpool" in pool:
+        assert r.manifest["maxpool"]["avg_function"] == "snn_avgpool"
+    else:
+        assert "maxpool" not in r.manifest and not (r.manifest_path.parent / "src" / "snn_maxpool.cu").exists()
 
 
 def load_spec_text(tmp_path, text):
