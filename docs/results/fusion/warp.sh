@@ -4,8 +4,9 @@
 # (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
 # (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
-# again (REGRAPH=0: only new shapes'); with CALIBRATE=0 it keeps that calibration's choices as they are (a change to
-# kernels that keep their names: both sides run the same kernels, each built from its own templates).
+# again (REGRAPH=0: the file's graph verdicts kept, the step redone only where a shape to try has none); with
+# CALIBRATE=0 it keeps that calibration's choices as they are (a change to kernels that keep their names: both
+# sides run the same kernels, each built from its own templates).
 # Parts (PARTS, default "checks ab ncu"):
 # - checks: the dense kernel's cases (tests/kernel_cases.py; CASES: another pytest -k selection) against float64 and
 #   its warp tiles (SANITIZE: another --kernel-name filter) under compute-sanitizer memcheck (kernel_checks.log,
