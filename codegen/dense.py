@@ -9,8 +9,8 @@ and the zero count the next layer's dispatch reads. It takes the sparse kernels'
 and CRSN weights, so the build offers it as one more candidate at every level and `snn-run calibrate` keeps it
 where it measured faster (docs/kernels.md, "Dense FP32 convolution"). Where stride 1 keeps the output the size of
 the input it also takes its producer's epilogue (emit.IN_ARGS), so a channel split before it needs no epilogue
-launch in a graph (runtime/handoff.py), and for a layer that reads a pre-activation (DenseNet's conv1 and
-transitions: a batchnorm + ReLU of a concat buffer's first channels) it reads that buffer in place and applies
+launch in a graph (runtime/handoff.py), and for a layer that reads a pre-activation (DenseNet's conv1: a
+batchnorm + ReLU of a concat buffer's first channels) it reads that buffer in place and applies
 the batchnorm while staging (DenseConfig.in_bn, emit.IN_BN_ARGS), and for a layer whose output only a concat reads
 (DenseNet's growth convs) it stores into the concat buffer's channel slice (DenseConfig.out_ld, emit.OUT_ARGS), as
 the sparse kernels of such layers do.
