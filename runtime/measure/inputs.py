@@ -121,12 +121,12 @@ def forward(net: Network, sd: dict, x, keep=(), on_relu=None, on_conv=None):
             pre[n.name] = v[0]
         elif n.op == "maxpool" and n.inputs[0] in pre:  # max commutes with the ReLU
             pre[n.name] = apply_node(torch, n, [pre[n.inputs[0]]], p)
-        elif n.op == "avgpool" and n.inputs[0] in pre:  # an average does not: its input's (ReLU of itself)
-            pre[n.name] = apply_node(torch, n, v, p)
         elif n.op == "concat" and all(k in pre for k in n.inputs):
             pre[n.name] = torch.cat([pre[k] for k in n.inputs], 1)
         y = apply_node(torch, n, v, p)
         env[n.name] = y
+        if n.op == "avgpool" and n.inputs[0] in pre:  # an average does not commute: its own value (ReLU of itself)
+            pre[n.name] = y
         for k in n.inputs:
             if last.get(k) == i and k != net.output:
                 env.pop(k, None)
