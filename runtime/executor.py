@@ -450,10 +450,8 @@ class Executor:
                 for v in op.inputs[1:]:
                     y = y + env[v]
                 env[op.name] = y
-            elif op.kind == "maxpool":
-                env[op.name] = self._maxpool(env[op.inputs[0]], a, counters if count else None)
-            elif op.kind == "avgpool":
-                env[op.name] = self._avgpool(env[op.inputs[0]], a, counters if count else None)
+            elif op.kind in ("maxpool", "avgpool"):
+                env[op.name] = self._pool(op.kind, env[op.inputs[0]], a, counters if count else None)
             elif op.kind == "adaptive_avgpool":
                 env[op.name] = self._adaptive_avgpool(env[op.inputs[0]], a["size"])
             elif op.kind == "concat" and "buffer" in a:  # a chain's: its new inputs into the shared buffer
@@ -503,65 +501,43 @@ class Executor:
         x = x.contiguous(memory_format=torch.channels_last)   # its pixels x channels: a view
         return torch.matmul(w, x.permute(0, 2, 3, 1).reshape(B, H * W, C)).view(B, C, 1, 1)
 
-    def _maxpool(self, x, a: dict, counters=None):
-        """On the bundle's max-pool kernel where the backend has one that takes x, else torch's. With attrs
-        "epilogue" (lower._into_pools: its producer's shift + ReLU, the pooled zeros counted into `slot`) the kernel
-        applies it where it can; else the backend's epilogue launches run before the pool (and count after it)."""
-        ep = a.get("epilogue")
-        slot = ep["slot"] if ep and counters is not None else None
-        y = self._pool_kernel(x, a, ep, counters if slot is not None else None, slot)
-        if y is not None:
-            return y
-        cl = self.torch.channels_last
-        if ep:
-            t = self.torch.empty_like(x, memory_format=cl)
-            self.backend.epilogue(x.contiguous(memory_format=cl), None, ep["shift"], None, t, None, None, ep["relu"])
-            x = t
-        y = self._pool_kernel(x, a)
-        if y is None:
-            y = self.torch.nn.functional.max_pool2d(x, a["kernel"], a["stride"], a["padding"],
-                                                    ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
-        if slot is not None:   # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
-            self.backend.epilogue(y, None, None, None, y, counters, slot, True)
-        return y
-
-    def _avgpool(self, x, a: dict, counters=None):
-        """On the bundle's average-pool kernel where the backend has one that takes x (whole windows), else torch's.
-        With attrs "epilogue" (lower._into_avgpools: a pre-activation's batchnorm + ReLU, the pooled zeros counted
-        into `slot`) the kernel applies it; else the backend's epilogue launches run before the pool (and count
-        after it)."""
+    def _pool(self, kind: str, x, a: dict, counters=None):
+        """A max or average pool (`kind`) on the bundle's kernel where the backend has one that takes x, else torch's.
+        With attrs "epilogue" (lower._into_pools: a max pool's producer's shift + ReLU; lower._into_avgpools: an
+        average pool's pre-activation batchnorm + ReLU; the pooled zeros counted into `slot`) the kernel applies it
+        where it can; else the backend's epilogue launches run before the pool (and count after it)."""
         torch = self.torch
         ep = a.get("epilogue")
         slot = ep["slot"] if ep and counters is not None else None
-        pool = getattr(self.backend, "avgpool", None)   # CudaBackend's (TorchBackend has none)
-        if pool is not None and x.dim() == 4 and tuple(a["padding"]) == (0, 0) and not a["ceil_mode"]:
-            out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], 0, False) for i in (0, 1))
-            y = pool(x, a["kernel"], a["stride"], out_hw, *((ep["scale"], ep["shift"], ep["relu"]) if ep else ()),
-                     counters=counters if slot is not None else None, slot=slot)
-            if y is not None:
-                return y
+        y = self._pool_kernel(kind, x, a, ep, counters if slot is not None else None, slot)
+        if y is not None:
+            return y
         cl = torch.channels_last
         if ep:   # x may be a concat chain's view (its pixels wider apart than its channels): the backend reads it
             t = torch.empty_like(x, memory_format=cl)
-            self.backend.epilogue(x, ep["scale"], ep["shift"], None, t, None, None, ep["relu"])
+            self.backend.epilogue(x, ep.get("scale"), ep["shift"], None, t, None, None, ep["relu"])
             x = t
-        y = torch.nn.functional.avg_pool2d(x, a["kernel"], a["stride"], a["padding"],
-                                           ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
+        y = self._pool_kernel(kind, x, a)
+        if y is None:
+            pool = torch.nn.functional.max_pool2d if kind == "maxpool" else torch.nn.functional.avg_pool2d
+            y = pool(x, a["kernel"], a["stride"], a["padding"], ceil_mode=a["ceil_mode"]).contiguous(memory_format=cl)
         if slot is not None:   # an in-place ReLU of a non-negative tensor: writes what it reads, counts zeros
             self.backend.epilogue(y, None, None, None, y, counters, slot, True)
         return y
 
-    def _pool_kernel(self, x, a: dict, ep: dict | None = None, counters=None, slot=None):
-        """The backend's max-pool kernel's output (the epilogue `ep` applied, zeros counted into counters[slot]), or
-        None where it has none, or none that takes x (or the epilogue)."""
-        pool = getattr(self.backend, "maxpool", None)   # CudaBackend's (TorchBackend has none)
-        if pool is None or x.dim() != 4:
+    def _pool_kernel(self, kind: str, x, a: dict, ep: dict | None = None, counters=None, slot=None):
+        """The backend's pool kernel's output (the epilogue `ep` applied, zeros counted into counters[slot]), or
+        None where it has none, or none that takes x (or the epilogue; an average pool: whole windows only)."""
+        pool = getattr(self.backend, kind, None)   # CudaBackend's (TorchBackend has none)
+        if pool is None or x.dim() != 4 or (kind == "avgpool" and (tuple(a["padding"]) != (0, 0) or a["ceil_mode"])):
             return None
         out_hw = tuple(pool_out(x.shape[2 + i], a["kernel"][i], a["stride"][i], a["padding"][i], a["ceil_mode"])
                        for i in (0, 1))
-        if ep is None:
-            return pool(x, a["kernel"], a["stride"], a["padding"], out_hw)
-        return pool(x, a["kernel"], a["stride"], a["padding"], out_hw, ep["shift"], ep["relu"], counters, slot)
+        if kind == "maxpool":
+            return pool(x, a["kernel"], a["stride"], a["padding"], out_hw,
+                        *((ep["shift"], ep["relu"], counters, slot) if ep else ()))
+        return pool(x, a["kernel"], a["stride"], out_hw, *((ep["scale"], ep["shift"], ep["relu"], counters, slot)
+                                                            if ep else ()))
 
     def _chain_buffer(self, blocks: dict, name: str, total: int, like, conv: Op | None = None):
         """A concat chain's buffer ([B, total, H, W] NHWC, like's batch and pixels), made by its first writer. Zeroed

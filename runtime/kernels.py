@@ -299,24 +299,8 @@ class CudaBackend:
         if pool is None or inp.dtype != self.epi_dtype or inp.shape[1] % int(pool["vector"]) \
                 or ((shift is not None or relu or counters is not None) and not fused):
             return None
-        inp = inp.contiguous(memory_format=self.torch.channels_last)
-        if inp.data_ptr() % 16:   # a view at an offset the kernel's 16-byte loads cannot take
-            return None
-        b, c, h, w = inp.shape
-        (p, q), (kh, kw), (sh, sw), (ph, pw) = out_hw, kernel, stride, padding
-        out = self.torch.empty((b, c, p, q), device=inp.device, dtype=inp.dtype,
-                               memory_format=self.torch.channels_last)
-        if out.numel() == 0:
-            return out
-        block = int(pool["block"][0])
-        threads = b * p * q * (c // int(pool["vector"]))
-        args = [(inp.data_ptr(), _PTR), (out.data_ptr(), _PTR), (b * p * q, _I64)] + \
-            [(v, _I32) for v in (c, h, w, p, q, kh, kw, sh, sw, ph, pw)]
-        if fused:
-            args += [(_ptr(shift), _PTR), (1 if relu else 0, _I32), (counter_ptr(counters, slot), _PTR)]
-        self.dev.launch(pool["cubin"], pool["function"], ((threads + block - 1) // block, 1, 1), (block, 1, 1), 0,
-                        args, bool(pool.get("pdl")))
-        return out
+        epilogue = [(_ptr(shift), _PTR), (1 if relu else 0, _I32), (counter_ptr(counters, slot), _PTR)] if fused else []
+        return self._pool(pool["function"], int(pool["vector"]), inp, out_hw, (*kernel, *stride, *padding), epilogue)
 
     def avgpool(self, inp, kernel, stride, out_hw, scale=None, shift=None, relu=False, counters=None, slot=None):
         """Average pooling of whole windows (no padding) on the bundle's kernel (manifest "maxpool" "avg_function"):
@@ -328,20 +312,28 @@ class CudaBackend:
         fn = pool.get("avg_function") if pool else None
         if fn is None or inp.dtype != self.torch.float32 or inp.shape[1] % 4:
             return None
+        epilogue = [(_ptr(scale), _PTR), (_ptr(shift), _PTR), (1 if relu else 0, _I32),
+                    (counter_ptr(counters, slot), _PTR)]
+        return self._pool(fn, 4, inp, out_hw, (*kernel, *stride), epilogue)
+
+    def _pool(self, fn, vector, inp, out_hw, window, epilogue):
+        """One of the pool cubin's functions over inp (channels_last, `vector` channels a thread): the arguments input,
+        output, pixels, C, H, W, P, Q, the `window` sizes, then `epilogue`'s; None where inp lies at an offset the
+        kernel's 16-byte loads cannot take."""
+        pool = self.cache.maxpool
         inp = inp.contiguous(memory_format=self.torch.channels_last)
         if inp.data_ptr() % 16:   # a view at an offset the kernel's 16-byte loads cannot take
             return None
         b, c, h, w = inp.shape
-        (p, q), (kh, kw), (sh, sw) = out_hw, kernel, stride
+        p, q = out_hw
         out = self.torch.empty((b, c, p, q), device=inp.device, dtype=inp.dtype,
                                memory_format=self.torch.channels_last)
         if out.numel() == 0:
             return out
         block = int(pool["block"][0])
-        threads = b * p * q * (c // 4)
+        threads = b * p * q * (c // vector)
         args = [(inp.data_ptr(), _PTR), (out.data_ptr(), _PTR), (b * p * q, _I64)] + \
-            [(v, _I32) for v in (c, h, w, p, q, kh, kw, sh, sw)] + \
-            [(_ptr(scale), _PTR), (_ptr(shift), _PTR), (1 if relu else 0, _I32), (counter_ptr(counters, slot), _PTR)]
+            [(v, _I32) for v in (c, h, w, p, q, *window)] + epilogue
         self.dev.launch(pool["cubin"], fn, ((threads + block - 1) // block, 1, 1), (block, 1, 1), 0, args,
                         bool(pool.get("pdl")))
         return out
