@@ -291,17 +291,33 @@ def _into_convs(ops: list[Op]) -> list[Op]:
     return out
 
 
+def _readers(ops: list[Op]) -> dict[str, list[Op]]:
+    """Each value's reading ops, in order."""
+    readers: dict[str, list[Op]] = {}
+    for op in ops:
+        for v in op.inputs:
+            readers.setdefault(v, []).append(op)
+    return readers
+
+
+def _count_in_pool(ops: list[Op], i: int, dropped: set[int]) -> None:
+    """ops[i], a pool that took an epilogue: a count op right after it moves into it (its epilogue's slot) and is
+    dropped."""
+    op = ops[i]
+    nxt = ops[i + 1] if i + 1 < len(ops) else None
+    if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
+        op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]
+        dropped.add(id(nxt))
+
+
 def _into_pools(ops: list[Op], eligible: set[str]) -> list[Op]:
     """A conv that always runs on cuDNN (not eligible: the stem's 7x7 over the image), its shift + ReLU fused into it
     (_into_convs) and its value read by one max pool alone: the epilogue moves into that pool (attrs "epilogue":
     shift, relu, slot), which applies it to each value it reads and, where a count op followed the pool, counts the
     pooled zeros itself (the count op is dropped). One launch instead of three: the epilogue over the conv's whole
     output, the pool, the count. The conv then runs as cuDNN's plain call. Where the backend's pool cannot take
-    the epilogue, Executor._maxpool launches it before the pool, as before."""
-    readers: dict[str, list[Op]] = {}
-    for op in ops:
-        for v in op.inputs:
-            readers.setdefault(v, []).append(op)
+    the epilogue, Executor._pool launches it before the pool, as before."""
+    readers = _readers(ops)
     made = {op.name: op for op in ops if op.kind in ("conv", "alias")}
     dropped: set[int] = set()
     for i, op in enumerate(ops):
@@ -315,10 +331,7 @@ def _into_pools(ops: list[Op], eligible: set[str]) -> list[Op]:
             continue
         op.attrs["epilogue"] = {"shift": ep["shift"], "relu": True, "slot": None}
         del conv.attrs["epilogue"]
-        nxt = ops[i + 1] if i + 1 < len(ops) else None
-        if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
-            op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]
-            dropped.add(id(nxt))
+        _count_in_pool(ops, i, dropped)
     return [op for op in ops if id(op) not in dropped]
 
 
@@ -328,11 +341,8 @@ def _into_avgpools(ops: list[Op]) -> list[Op]:
     the pool): the epilogue moves into the pool (attrs "epilogue": scale, shift, relu, slot), which applies it to
     each value it reads and, where a count op followed the pool, counts the pooled zeros itself (the count op is
     dropped). One launch instead of three, and the activation is never written whole. Where the backend's pool
-    cannot take it, Executor._avgpool launches the epilogue before the pool."""
-    readers: dict[str, list[Op]] = {}
-    for op in ops:
-        for v in op.inputs:
-            readers.setdefault(v, []).append(op)
+    cannot take it, Executor._pool launches the epilogue before the pool."""
+    readers = _readers(ops)
     made = {op.name: op for op in ops}
     dropped: set[int] = set()
     for i, op in enumerate(ops):
@@ -345,10 +355,7 @@ def _into_avgpools(ops: list[Op]) -> list[Op]:
                                 "slot": None}
         op.inputs = ep.inputs
         dropped.add(id(ep))
-        nxt = ops[i + 1] if i + 1 < len(ops) else None
-        if nxt is not None and nxt.kind == "count" and nxt.inputs == (op.name,):
-            op.attrs["epilogue"]["slot"] = nxt.attrs["slot"]
-            dropped.add(id(nxt))
+        _count_in_pool(ops, i, dropped)
     return [op for op in ops if id(op) not in dropped]
 
 
@@ -394,10 +401,7 @@ def _concat_chains(ops: list[Op], shape_of) -> list[Op]:
 def _into_concats(ops: list[Op], output: str) -> None:
     """A conv whose value (or its fused ReLU's alias) nothing but one concat chain op reads, as one of its new
     inputs, gets attrs "concat": the chain's buffer, its width, and the conv's channel offset in it."""
-    readers: dict[str, list[Op]] = {}
-    for op in ops:
-        for v in op.inputs:
-            readers.setdefault(v, []).append(op)
+    readers = _readers(ops)
     producer = {op.name: op for op in ops if op.kind in ("conv", "alias")}
     for op in ops:
         if op.kind != "concat" or "buffer" not in op.attrs:
