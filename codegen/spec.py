@@ -342,7 +342,8 @@ def pools_first(nodes: list[Node], output: str) -> tuple[list[Node], str]:
     for n in nodes:
         conv = by_name.get(n.inputs[0]) if n.op == "avgpool" else None
         if conv is None or conv.op != "conv" or conv.name == output or readers[conv.name] != [n.name] \
-                or n["padding"] != (0, 0) or n["ceil_mode"] or n.shape[1] * n.shape[2] >= conv.shape[1] * conv.shape[2] \
+                or n["padding"] != (0, 0) or n["ceil_mode"] \
+                or n.shape[1] * n.shape[2] >= conv.shape[1] * conv.shape[2] \
                 or conv["kernel"] != (1, 1) or conv["stride"] != (1, 1) or conv["padding"] != (0, 0):
             continue
         swaps[conv.name] = n

@@ -86,8 +86,8 @@ def conv_roles(net: Network) -> dict[str, set[str]]:
             ("block_input", block), ("3x3", k == (3, 3)), ("spatial", not one),
             ("bottleneck", one and reaches(c.name, ("batchnorm", "relu"), is_spatial)),
             ("expand", one and not block and to_add), ("shortcut", block and to_add),
-            ("transition", one and (reaches(c.name, ("batchnorm", "relu"), lambda u: u.op in ("avgpool", "maxpool"))
-                                    or getattr(nodes.get(n.inputs[0]), "op", None) == "avgpool")),
+            ("transition", one and (c.input_op == "avgpool" or reaches(c.name, ("batchnorm", "relu"),
+                                                                      lambda u: u.op in ("avgpool", "maxpool")))),
         ) if yes}
         out[c.name] = roles
     return out
