@@ -32,10 +32,9 @@ MAX_BATCH = 1
 # the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py), among them the same tile
 # with the first conv's K split over the warps, and with 32 threads along N for the second where N allows (at 14x14
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
-# kernels at load and keeps the fastest (runtime/pairs.py). The 256-thread tiles give each scheduler two warps: the
-# first conv's K range split eight ways, the second conv's tile over twice the threads
+# kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX), (32, 64, 256, 1, 2, True), (32, 64, 256, 1, 2, True, 2 * TX))
+              (32, 64, 128, 1, 2, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)

@@ -95,7 +95,7 @@ def test_the_first_convs_k_split_over_the_warps_and_the_seconds_32_threads_along
 
 def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():
     src = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2)).source
-    loop, copy = src.index("for (int it = 0; it < nk1; ++it)"), src.index("cp.async.bulk.shared::cluster.global")
+    loop, copy = src.index("for (int it = 0; it < NK1; ++it)"), src.index("cp.async.bulk.shared::cluster.global")
     assert src.count("cp.async.bulk.shared::cluster.global") == 1 and loop < copy < src.index("// x: the groups'")
     assert "it == NK1 / 2 && tid == 0" in src[loop:copy + 1]
 
