@@ -25,7 +25,7 @@ TX1 = 8              # the first conv's threads along N with warp_k (8 channels 
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
 ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2 32 (registers beside the other's)
-MMA_PAD = 8          # floats a row of the W2 share is padded by on the tensor cores: conflict-free fragment loads
+MMA_PAD = 8          # floats a row of B operands is padded by on the tensor cores: conflict-free fragment loads
 # batches the build offers it at: at batch 8 the best config took 1.16-1.48x the two dense kernels' time
 # (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
@@ -49,7 +49,7 @@ class PairConfig:
     # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
-    # the second conv on the tensor cores in 3xTF32 (FP32's accuracy), a quarter of the y tile's channels a warp
+    # both convs on the tensor cores in 3xTF32 (FP32's accuracy), the first's K split over the four warps as warp_k
     mma: bool = False
 
     def tag(self) -> str:
@@ -89,7 +89,8 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
 
 def stage_floats(cfg: PairConfig) -> int:
     """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
-    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
+    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * (cfg.bn1 + MMA_PAD * cfg.mma),
+               cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
 def w2_floats(second: ConvShape, cfg: PairConfig) -> int:
@@ -105,8 +106,10 @@ def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
-    """Whether the slices' partial y tiles, added before the push, fit over the stages, the shift and the W2 share."""
-    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + w2_floats(second, cfg)
+    """Whether the slices' (or the tensor cores' warps') partial y tile, added before the push, fits over the stages,
+    the shift and the W2 share."""
+    return (cfg.slices == 1 and not cfg.mma) or \
+        cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + w2_floats(second, cfg)
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -131,9 +134,9 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
-    if cfg.mma and (cfg.block_threads != 128 or cfg.slices != 1 or cfg.bm % 16 or cfg.bn1 % 8 or second.N % 32
-                    or cfg.bm * second.N // 128 > ACCUMULATORS):
-        raise ValueError(f"{cfg.tag()}: the tensor-core tiles take four warps in one slice, 16-pixel steps, "
+    if cfg.mma and (not cfg.warp_k or cfg.block_threads != 128 or cfg.bm % 16 or second.N % 32 or
+                    cfg.bm * cfg.bn1 // 32 > ACCUMULATORS or cfg.bm * second.N // 128 > ACCUMULATORS):
+        raise ValueError(f"{cfg.tag()}: the tensor-core tiles take warp_k on 128 threads, 16-pixel steps, "
                          f"{second.N} y channels in whole n8 tiles a warp, {ACCUMULATORS} accumulators a thread")
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
