@@ -25,7 +25,6 @@ TX1 = 8              # the first conv's threads along N with warp_k (8 channels 
 CLUSTER_MAX = 16
 PORTABLE = 8         # a larger cluster is given at launch (manifest step "cluster"), not compiled in
 ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2 32 (registers beside the other's)
-MMA_PAD = 8          # floats a row of B operands is padded by on the tensor cores: conflict-free fragment loads
 # batches the build offers it at: at batch 8 the best config took 1.16-1.48x the two dense kernels' time
 # (docs/results/fusion/h200/pair/probe.log)
 MAX_BATCH = 1
@@ -35,7 +34,7 @@ MAX_BATCH = 1
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX), (32, 64, 128, 1, 2, True, TX, True))
+              (32, 64, 128, 1, 2, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)
@@ -49,13 +48,11 @@ class PairConfig:
     # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
-    # both convs on the tensor cores in 3xTF32 (FP32's accuracy), the first's K split over the four warps as warp_k
-    mma: bool = False
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
             f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
-            f"x{self.tx2}" if self.tx2 != TX else "") + ("tc" if self.mma else "")
+            f"x{self.tx2}" if self.tx2 != TX else "")
 
     @property
     def kg1(self) -> int:
@@ -89,27 +86,19 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
 
 def stage_floats(cfg: PairConfig) -> int:
     """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
-    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * (cfg.bn1 + MMA_PAD * cfg.mma),
-               cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
-
-
-def w2_floats(second: ConvShape, cfg: PairConfig) -> int:
-    """The W2 share: bn1 rows of the second conv's N (padded for the tensor cores' fragment loads)."""
-    return cfg.bn1 * (second.N + MMA_PAD * cfg.mma)
+    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
 def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
     """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return stage_floats(cfg) + first.C + w2_floats(second, cfg) + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
-    """Whether the slices' (or the tensor cores' warps') partial y tile, added before the push, fits over the stages,
-    the shift and the W2 share."""
-    return (cfg.slices == 1 and not cfg.mma) or \
-        cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + w2_floats(second, cfg)
+    """Whether the slices' partial y tiles, added before the push, fit over the stages, the shift and the W2 share."""
+    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + cfg.bn1 * second.N
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -134,10 +123,6 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
-    if cfg.mma and (not cfg.warp_k or cfg.block_threads != 128 or cfg.bm % 16 or second.N % 32 or
-                    cfg.bm * cfg.bn1 // 32 > ACCUMULATORS or cfg.bm * second.N // 128 > ACCUMULATORS):
-        raise ValueError(f"{cfg.tag()}: the tensor-core tiles take warp_k on 128 threads, 16-pixel steps, "
-                         f"{second.N} y channels in whole n8 tiles a warp, {ACCUMULATORS} accumulators a thread")
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
                          f"and the W2 share")
@@ -186,5 +171,5 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
          "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
-         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg), "MMA": cfg.mma}
+         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

@@ -48,24 +48,6 @@ def test_candidates_at_batch_one_on_gpus_with_clusters():
         assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
 
 
-def test_tensor_core_pairs_split_each_operand_and_pad_the_b_rows():
-    tc = pair.PairConfig(32, 64, 128, 1, 2, True, mma=True)
-    assert tc in pair.candidates(*L3, 1) and tc.tag() == "m32n64t128s1p2wtc"
-    src = pair.render(*L3, 1, tc)[1]
-    # three products a fragment pair (lo * hi, hi * lo, hi * hi), both convs; B rows padded to conflict-free loads
-    assert src.count("snn_mma3(acc[") == 1 and src.count("snn_mma3(acc2[") == 1 and src.count("snn_mma_tf32(d, ") == 3
-    assert "#define LDB (BN1 + 8)" in src and "#define LDW2 (N2 + 8)" in src and "cvt.rna.tf32.f32" in src
-    # the W2 share arrives a row at a time into its padded rows; the y tile is pushed from shared memory
-    assert "W2s + r * LDW2" in src and src.index("red2 + (i * 16 + gid)") < src.index("snn_ksum_push4(recv_s")
-    assert pair.smem_bytes(*L3, tc) == 4 * (max(2 * 32 * 36 + 2 * 32 * 72, 4 * 32 * 68) + 256 + 64 * 264 + 32 * 68
-                                            + 16 * 128 * 4)
-    assert "mma.sync" not in pair.render(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2, True))[1]
-    for bad in (pair.PairConfig(32, 64, 128, 1, 2, False, mma=True), pair.PairConfig(32, 64, 128, 2, 2, True, mma=True),
-                pair.PairConfig(32, 64, 256, 1, 2, True, mma=True)):
-        with pytest.raises(ValueError, match="tensor-core tiles"):
-            pair.render(*L3, 1, bad)
-
-
 def test_slices_add_their_partial_y_tiles_before_the_cluster_sum():
     one, two = pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 2, 2)
     src = pair.render(*L3, 1, two)[1]
