@@ -6,6 +6,8 @@
 # - probe: pair_probe.py (each pair config against the two dense kernels, batch 1 and 8, ten pairs back to back in a
 #   CUDA graph), pair_phases.py (layer 3's chain of a 3x3 and a pair kernel: each candidate's time and its phases'
 #   cycles) and Nsight Compute's counts of the same kernels (shared-memory wavefronts, instructions: ncu.csv);
+# - loop: pair_phases.py's variants (the network's layer-3 pair with parts of its first conv's loop left out: what the
+#   loop's time is made of; variants.log, variants.json);
 # - ab: breakdown.py in both orders (after, before, before2, after2), pair_table.py's table (table.md) and table.py's
 #   (breakdown.md: the replay's time per kernel kind and conv shape). after: this checkout
 #   with its pair kernels; before: BEFORE_TREE's (a checkout of an earlier commit, built here, on the same
@@ -47,6 +49,10 @@ if [[ " $PARTS " == *" probe "* ]]; then
       python3 "$here/pair_phases.py" "$out" ncu $tag 2>/dev/null | grep '^"' | grep -v '"ID"' >> "$out/ncu.csv"
   done
   echo "ncu rows: $(wc -l < "$out/ncu.csv")"
+fi
+if [[ " $PARTS " == *" loop "* ]]; then
+  timeout 200 python3 "$here/pair_phases.py" "$out" variants > "$out/variants.log" 2>&1; echo "variants exit code: $?"
+  tail -10 "$out/variants.log"
 fi
 if [[ " $PARTS " == *" ab "* ]]; then
   bd() {  # TAG TREE [VAR=VALUE]

@@ -8,7 +8,12 @@ the chain with a copy of both kernels that stamps %globaltimer and clock64 (thre
 phase boundaries: the programmatic wait, the first conv's loop, x's epilogue, the W2 share's arrival, the second
 conv, the cluster's sum, y's store. Printed: per config the median block's cycles a phase.
 
+With `variants`: the same for copies of the network's layer-3 pair (LOOP_CONFIG) with parts of the first conv's loop
+left out (VARIANTS: its copies of the next chunk, its FFMAs, the input's epilogue), each alone and together, which
+says what the loop's time is made of. A copy that leaves something out computes wrong sums (not checked).
+
     python3 pair_phases.py OUT_DIR           # -> OUT_DIR/phases.json, the table on stdout
+    python3 pair_phases.py OUT_DIR variants  # -> OUT_DIR/variants.json, the table on stdout
     python3 pair_phases.py OUT_DIR ncu TAG   # only runs config TAG's chain six times eagerly (under ncu)
 """
 import json
@@ -30,6 +35,17 @@ from snn.runtime.measure.timing import graph_call_s
 CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2, True),
            pair.PairConfig(32, 64, 128, 1, 2, False, 32), pair.PairConfig(32, 64, 128, 1, 2, True, 32)]
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
+LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
+# source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
+NEXT = "if (nxt < NK1) { load_a(nxt % STAGES, nxt); load_b(nxt % STAGES, nxt); }"
+FMA = "for (int kk = 0; kk < KPS; kk += 4) {"
+VARIANTS = {"all": [],
+            "no A copies": [(NEXT, "if (nxt < NK1) { load_b(nxt % STAGES, nxt); }")],
+            "no B copies": [(NEXT, "if (nxt < NK1) { load_a(nxt % STAGES, nxt); }")],
+            "no copies": [(NEXT, "")],
+            "no FFMAs": [(FMA, "for (int kk = 0; kk < 0; kk += 4) {")],
+            "no copies, no FFMAs": [(NEXT, ""), (FMA, "for (int kk = 0; kk < 0; kk += 4) {")],
+            "no input epilogue": [("epi_a(it % STAGES, it);", "")]}
 PHASES = ["entry", "wait", "conv1 loop", "x epilogue", "W2 wait", "conv2", "cluster sum", "y store"]
 RECORDS = 16384
 
@@ -66,6 +82,16 @@ def stamped(k, points, tail):
     return replace(k, name=name, source=src.replace(k.name, name), steps=[dict(s, function=name) for s in k.steps])
 
 
+def variant(k, tag, subs):
+    """A copy of pair kernel k (renamed) with the source substitutions subs: (text, replacement), each found once."""
+    src = k.source
+    for a, b in subs:
+        assert src.count(a) == 1, f"variant {tag!r}: {a!r} found {src.count(a)} times"
+        src = src.replace(a, b)
+    name = k.name + "_" + "".join(w[0] for w in tag.replace(",", "").split())
+    return replace(k, name=name, source=src.replace(k.name, name), steps=[dict(s, function=name) for s in k.steps])
+
+
 def stamped_pair(k):
     return stamped(k, [(WAIT, False), ("    float* const red = snn_smem;", True), ("// x complete\n", False),
                        ("    // the second conv over this block's share", True), (DEPS, True),
@@ -85,8 +111,13 @@ def main() -> None:
     first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
     ks = render_sparse_ws(s3, 1, SCONV)
     kss = stamped_sconv(ks)
-    pairs = [(cfg, pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS]
-    pairs = [(cfg, k, stamped_pair(k)) for cfg, k in pairs]
+    variants = len(sys.argv) > 2 and sys.argv[2] == "variants"
+    if variants:
+        base = pair.emitted(first, second, 1, LOOP_CONFIG)
+        pairs = [(tag, variant(base, tag, subs)) for tag, subs in VARIANTS.items()]
+    else:
+        pairs = [(cfg.tag(), pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS]
+    pairs = [(tag, k, stamped_pair(k)) for tag, k in pairs]
     bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
     if bad:
         print("compile problems:", bad, flush=True)
@@ -113,7 +144,7 @@ def main() -> None:
         runner.run_pair(pk, a, w1, x, w2, y, epi1, epi2, in_epi, zero=b)
 
     if len(sys.argv) > 3 and sys.argv[2] == "ncu":
-        k = next(k for cfg, k, _ in pairs if cfg.tag() == sys.argv[3])
+        k = next(k for tag, k, _ in pairs if tag == sys.argv[3])
         for i in range(6):
             block(i, ks, k)
         torch.cuda.synchronize()
@@ -126,10 +157,11 @@ def main() -> None:
         return ptr
 
     rows = []
-    for cfg, k, kst in pairs:
+    for tag, k, kst in pairs:
         if k.name in bad:   # the stamped copy may spill a little where the kernel takes every register: still run
             continue
-        chk = runner.check_pair(k, first, second, 1, 0.7, gen)
+        chk = runner.check_pair(k, first, second, 1, 0.7, gen) if not variants or tag == "all" else \
+            {"ok": None, "err_over_allowed": None}
         chain = [graph_call_s(torch, lambda: [block(i, ks, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
         alone = graph_call_s(torch, lambda: runner.run_pair(k, sums[0], w1, x, w2, y, epi1, epi2, in_epi,
                                                             zero=sums[1])) * 1e6
@@ -151,22 +183,23 @@ def main() -> None:
         rec = rec[:int(min(n[0], RECORDS)) * 17].reshape(-1, 17).astype(np.int64)
         del g
         cycles = {f"{PHASES[a]} -> {PHASES[a + 1]}": int(np.median(rec[:, 9 + a] - rec[:, 8 + a])) for a in range(7)}
-        rows.append({"config": cfg.tag(), "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
+        rows.append({"config": tag, "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
                      "stamped_copy_problems": bad.get(kst.name, []),
                      "block_us": [round(c, 2) for c in chain], "pair_alone_us": round(alone, 2), "blocks": len(rec),
                      "median_cycles": cycles,
                      "wait_to_exit_ns": int(np.median(rec[:, 7] - rec[:, 1]))})
         print(json.dumps(rows[-1]), flush=True)
-    with open(f"{out}/phases.json", "w") as f:
+    with open(f"{out}/{'variants' if variants else 'phases'}.json", "w") as f:
         json.dump(rows, f, indent=1)
     cols = ["wait -> conv1 loop", "conv1 loop -> x epilogue", "W2 wait -> conv2", "conv2 -> cluster sum",
             "cluster sum -> y store"]
     print("\nlayer 3 at batch 1: a block (3x3 + pair) and the pair alone in us (ten back to back in a CUDA graph); "
-          "the pair's median block in cycles a phase (ten blocks, one replay)\n")
-    print("| config | float64 | block us (two runs) | pair alone us | " + " | ".join(c.split(" -> ")[1] for c in cols)
+          "the pair's median block in cycles a phase (ten blocks, one replay)"
+          + (f"; {LOOP_CONFIG.tag()} with parts of the first conv's loop left out" if variants else "") + "\n")
+    print(f"| {'first conv loop' if variants else 'config'} | float64 | block us (two runs) | pair alone us | " + " | ".join(c.split(" -> ")[1] for c in cols)
           + " | wait to exit ns |\n|" + "---|" * (5 + len(cols)))
     for r in rows:
-        print(f"| {r['config']} | {'ok' if r['ok'] else 'FAIL'} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
+        print(f"| {r['config']} | {'-' if r['ok'] is None else 'ok' if r['ok'] else 'FAIL'} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
               f"{r['pair_alone_us']:.2f} | " + " | ".join(str(r["median_cycles"][c]) for c in cols)
               + f" | {r['wait_to_exit_ns']} |")
 
