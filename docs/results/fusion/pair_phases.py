@@ -78,7 +78,12 @@ def stamped(k, points, tail):
         src = at(src, marker, f"    SNN_ST({i})\n", before)
     i = src.rindex(tail)
     src = src[:i] + "\n    SNN_ST(7) SNN_DUMP" + src[i:]
-    name = k.name + "_stamped"
+    return renamed(k, src, "_stamped")
+
+
+def renamed(k, src, suffix):
+    """Kernel k with source src, its function renamed k.name + suffix (a cubin of its own)."""
+    name = k.name + suffix
     return replace(k, name=name, source=src.replace(k.name, name), steps=[dict(s, function=name) for s in k.steps])
 
 
@@ -88,8 +93,7 @@ def variant(k, tag, subs):
     for a, b in subs:
         assert src.count(a) == 1, f"variant {tag!r}: {a!r} found {src.count(a)} times"
         src = src.replace(a, b)
-    name = k.name + "_" + "".join(w[0] for w in tag.replace(",", "").split())
-    return replace(k, name=name, source=src.replace(k.name, name), steps=[dict(s, function=name) for s in k.steps])
+    return renamed(k, src, "_" + "".join(w[0] for w in tag.replace(",", "").split()))
 
 
 def stamped_pair(k):
@@ -196,10 +200,11 @@ def main() -> None:
     print("\nlayer 3 at batch 1: a block (3x3 + pair) and the pair alone in us (ten back to back in a CUDA graph); "
           "the pair's median block in cycles a phase (ten blocks, one replay)"
           + (f"; {LOOP_CONFIG.tag()} with parts of the first conv's loop left out" if variants else "") + "\n")
-    print(f"| {'first conv loop' if variants else 'config'} | float64 | block us (two runs) | pair alone us | " + " | ".join(c.split(" -> ")[1] for c in cols)
-          + " | wait to exit ns |\n|" + "---|" * (5 + len(cols)))
+    print(f"| {'first conv loop' if variants else 'config'} | float64 | block us (two runs) | pair alone us | "
+          + " | ".join(c.split(" -> ")[1] for c in cols) + " | wait to exit ns |\n|" + "---|" * (5 + len(cols)))
     for r in rows:
-        print(f"| {r['config']} | {'-' if r['ok'] is None else 'ok' if r['ok'] else 'FAIL'} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
+        checked = "-" if r["ok"] is None else "ok" if r["ok"] else "FAIL"
+        print(f"| {r['config']} | {checked} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
               f"{r['pair_alone_us']:.2f} | " + " | ".join(str(r["median_cycles"][c]) for c in cols)
               + f" | {r['wait_to_exit_ns']} |")
 
