@@ -151,11 +151,7 @@ class Network:
 
     @cached_property
     def _readers(self) -> dict[str, list[Node]]:
-        readers: dict[str, list[Node]] = {}
-        for n in self.nodes:
-            for i in n.inputs:
-                readers.setdefault(i, []).append(n)
-        return readers
+        return readers_of(self.nodes)
 
     def _into_concat(self, conv: str) -> bool:
         """Only concat nodes read the conv's value, or that of the batchnorm and ReLU that are its only readers."""
@@ -327,21 +323,27 @@ def parse_spec(text: str, path: str | Path = "<spec>") -> Network:
     return Network(name, str(path), input_name, input_shape, tuple(nodes), output)
 
 
+def readers_of(nodes) -> dict[str, list[Node]]:
+    """Each value's reading nodes, in order."""
+    readers: dict[str, list[Node]] = {}
+    for n in nodes:
+        for i in n.inputs:
+            readers.setdefault(i, []).append(n)
+    return readers
+
+
 def pools_first(nodes: list[Node], output: str) -> tuple[list[Node], str]:
     """Each 1x1 conv (stride 1, unpadded) that one average pool alone reads (unpadded, floor mode, fewer pixels
     out than in) runs after the pool instead: a 1x1 conv and an average over pixels are both linear, so the conv
     on the pooled map gives the same values up to rounding, for a fraction of the MACs (a DenseNet transition:
     a quarter). Names stay: the pool's node reads the conv's input, the conv's node reads the pool, and the pool's
     readers read the conv. Every stage after the parse (the build, the runtime, the references) sees the new order."""
-    readers: dict[str, list[str]] = {}
-    for n in nodes:
-        for i in n.inputs:
-            readers.setdefault(i, []).append(n.name)
+    readers = readers_of(nodes)
     by_name = {n.name: n for n in nodes}
     swaps: dict[str, Node] = {}   # conv -> the pool read after it
     for n in nodes:
         conv = by_name.get(n.inputs[0]) if n.op == "avgpool" else None
-        if conv is None or conv.op != "conv" or conv.name == output or readers[conv.name] != [n.name] \
+        if conv is None or conv.op != "conv" or conv.name == output or readers[conv.name] != [n] \
                 or n["padding"] != (0, 0) or n["ceil_mode"] \
                 or n.shape[1] * n.shape[2] >= conv.shape[1] * conv.shape[2] \
                 or conv["kernel"] != (1, 1) or conv["stride"] != (1, 1) or conv["padding"] != (0, 0):
