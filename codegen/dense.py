@@ -64,6 +64,13 @@ WARP_TX = 8
 WARP_ACC = 64
 WARP_MAX_BATCH = 1
 WARP_MIN_SPLIT = 4
+# 3xTF32 tiles (mma): the tile's products on the tensor cores, each FP32 operand split into two TF32 parts and three
+# m16n8k8 products summed in FP32 (the rest x rest product, ~2^-22 of each, dropped: FP32's accuracy, not its
+# rounding). The FFMA tile's main loop is bound by issuing its FFMAs (one warp a scheduler at batch 1); the tensor
+# cores do a k8 step of a 16 x 8 fragment in three instructions where the FFMAs take 32. Four warps a slice, each
+# the tile's pixels x a quarter of its channels (bn / 4: whole n8 fragments); offered at every batch the kernel is.
+MMA_TILES = ((32, 128, 128, 1), (32, 128, 128, 2), (32, 64, 128, 2), (64, 64, 128, 2))
+MMA_MACS_PER_CLOCK = 512   # TF32 multiply-adds an SM a clock through mma.sync (about half the datasheet's rate)
 STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
 SMEM_LIMIT = 227 * 1024   # a block's dynamic shared memory on sm_90 (opt-in), where the K splits run
 
@@ -78,11 +85,12 @@ class DenseConfig:
     stages: int = STAGES # chunks in the cp.async pipeline
     in_bn: bool = False  # reads its input at a pitch, a pre-activation's batchnorm applied while staging
     out_ld: bool = False # stores its output at a pitch it is given (a concat buffer's channel slice)
+    mma: bool = False    # products on the tensor cores in 3xTF32 (MMA_TILES), not FFMAs
 
     def tag(self) -> str:
         return (f"m{self.bm}n{self.bn}k{self.ks}t{self.threads}" + (f"s{self.slices}" if self.slices > 1 else "")
                 + (f"p{self.stages}" if self.stages != STAGES else "") + ("bn" if self.in_bn else "")
-                + ("ld" if self.out_ld else ""))
+                + ("ld" if self.out_ld else "") + ("x3" if self.mma else ""))
 
     @property
     def block_threads(self) -> int:
@@ -132,8 +140,9 @@ def smem_bytes(cfg: DenseConfig, shape: ConvShape | None = None) -> int:
     its epilogue), or the slices' partial tiles summed at the end over them where larger; then a K split's
     received partial sums (recv_bytes)."""
     staged = (2 if cfg.in_bn else 1) * shape.C * 4 if shape and input_epilogue(shape) else 0   # shift (and scale)
-    pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * cfg.bn) * 4 + staged
-    reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.slices > 1 else 0
+    ldb = cfg.bn + 8 if cfg.mma else cfg.bn     # the mma tile pads a weight row: its fragment loads conflict-free
+    pipeline = cfg.stages * (cfg.bm * (BK + 4) + BK * ldb) * 4 + staged
+    reduce = cfg.slices * cfg.bm * (cfg.bn + 4) * 4 if cfg.slices > 1 or cfg.mma else 0
     return max(pipeline, reduce) + recv_bytes(cfg)
 
 
@@ -147,6 +156,9 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
     ty = cfg.threads // cfg.tx
     if not eligible(shape) or shape.N % cfg.bn:
         raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
+    if cfg.mma and (cfg.threads != 128 or cfg.bm % 16 or cfg.slices not in SLICES):
+        raise ValueError(f"{cfg.tag()}: a 3xTF32 tile takes four warps a slice ({', '.join(map(str, SLICES))} "
+                         f"slices) and bm a multiple of 16")
     if cfg.threads == 32:     # a warp tile
         if cfg.slices not in WARP_SLICES or cfg.bm % ty or cfg.bm * cfg.bn // 32 > WARP_ACC:
             raise ValueError(f"{cfg.tag()}: a warp tile takes {' or '.join(map(str, WARP_SLICES))} slices, bm a "
@@ -187,28 +199,31 @@ def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool =
 
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
-               tiles=None, in_bn: bool = False, out_ld: bool = False) -> list[DenseConfig]:
+               tiles=None, in_bn: bool = False, out_ld: bool = False, mma_tiles=None) -> list[DenseConfig]:
     """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, at batch 1 WARP_TILES and likewise
     WARP_NARROW_TILES where split WARP_MIN_SPLIT ways) the largest K split whose blocks fit one wave of one block an
     SM (batch 1 is latency-bound: fewer chunks a block, no second wave), where the kernel takes it (check: a warp
-    tile's partial sums may outgrow shared memory); without clusters (before sm_90) no split. in_bn: for a layer
-    that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
+    tile's partial sums may outgrow shared memory); without clusters (before sm_90) no split; and mma_tiles
+    (MMA_TILES where no tiles are given) so, as 3xTF32 tiles, calibrate keeping whichever is faster. in_bn: for a
+    layer that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
     into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
+    if mma_tiles is None:   # given tiles alone are those tiles alone
+        mma_tiles = MMA_TILES if tiles is None else ()
     if tiles is None:
         narrow, warp = narrow_wanted(shape, batch, sms, clusters), batch <= WARP_MAX_BATCH
         tiles = CANDIDATE_TILES + (NARROW_TILES if narrow else ()) + (WARP_TILES if warp else ()) \
             + (WARP_NARROW_TILES if warp and narrow else ())
     out = []
-    for bm, bn, threads, slices in tiles:
+    for bm, bn, threads, slices, mma in [t + (False,) for t in tiles] + [t + (True,) for t in mma_tiles]:
         if shape.N % bn:
             continue
         _, ks = _split(shape, batch, bm, bn, sms, clusters)
         stages = DEEP_STAGES if batch == 1 and (ks == 1 or threads == 32) else STAGES
         if threads == 32 and ks < WARP_MIN_SPLIT:
             continue
-        cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld)
+        cfg = DenseConfig(bm, bn, ks, threads, slices, stages, in_bn, out_ld, mma)
         try:
             check(shape, cfg)
         except ValueError:
@@ -218,11 +233,12 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
 
 
 def predict_us(shape: ConvShape, batch: int, cfg: DenseConfig, sms: int = 132, clock_ghz: float = 1.755) -> float:
-    """A rough time for the manifest (calibrate measures it): each SM's FFMAs at 128 a clock, in waves, plus a
-    fixed 3 us of launch, pipeline fill and store."""
+    """A rough time for the manifest (calibrate measures it): each SM's FFMAs at 128 a clock (a 3xTF32 tile's
+    three products at MMA_MACS_PER_CLOCK), in waves, plus a fixed 3 us of launch, pipeline fill and store."""
     blocks = math.prod(grid(shape, batch, cfg))
     per_block = cfg.bm * cfg.bn * shape.R * shape.S * shape.C / cfg.ks
-    return math.ceil(blocks / sms) * per_block / 128 / clock_ghz / 1e3 + 3.0
+    rate = MMA_MACS_PER_CLOCK / 3 if cfg.mma else 128
+    return math.ceil(blocks / sms) * per_block / rate / clock_ghz / 1e3 + 3.0
 
 
 def emitted(shape: ConvShape, batch: int, cfg: DenseConfig):
@@ -246,5 +262,6 @@ def render(shape: ConvShape, batch: int, cfg: DenseConfig) -> tuple[str, str]:
          "S": shape.S, "SH": shape.stride[0], "SW": shape.stride[1], "PH": shape.padding[0],
          "PW": shape.padding[1], "M": batch * shape.P * shape.Q, "BM": cfg.bm, "BN": cfg.bn, "BK": BK,
          "KS": cfg.ks, "STAGES": cfg.stages, "NK": chunks(shape), "TT": cfg.threads, "TX": cfg.tx, "SLICES": cfg.slices,
-         "B": batch, "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": cfg.out_ld, "IN_BN": cfg.in_bn}
+         "B": batch, "IN_EPI": input_epilogue(shape), "IN_RES": False, "OUT_LD": cfg.out_ld, "IN_BN": cfg.in_bn,
+         "MMA": cfg.mma}
     return fn, _env().get_template("dense_conv.cu.j2").render(name=fn, shape_tag=shape.tag(), g=g)

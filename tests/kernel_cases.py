@@ -165,7 +165,16 @@ def dense_cases() -> list[tuple]:
              (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 2, 32, 8)),
              (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(16, 128, 1, 32, 4)),
              (ConvShape(64, 96, 9, 11, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(32, 32, 1, 32, 4)),
-             (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8, 32, 4))]
+             (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8, 32, 4)),
+             # 3xTF32 tiles (tensor cores): in and out of a cluster, slices, ragged M, stride 2, a 5x5 filter,
+             # 32 to 128 channels wide
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 128, 8, mma=True)),
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 4, 128, 2, mma=True)),
+             (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(64, 64, 8, 128, 2, mma=True)),
+             (ConvShape(64, 128, 9, 11, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 128, 1, 128, 4, mma=True)),
+             (ConvShape(64, 64, 13, 13, 3, 3, (2, 2), (1, 1)), dense.DenseConfig(64, 64, 1, mma=True)),
+             (ConvShape(32, 64, 12, 12, 5, 5, (1, 1), (2, 2)), dense.DenseConfig(16, 64, 3, mma=True)),
+             (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8, mma=True))]
     return [(dense.emitted(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 

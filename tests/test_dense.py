@@ -116,7 +116,7 @@ def test_the_bundled_kernel_takes_the_sparse_kernels_arguments():
     assert dense.emitted(S2, 1, dense.DenseConfig(32, 64, 8)).steps[0]["args"] == CONV_ARGS   # stride 2: not
     assert step["smem"] == dense.smem_bytes(cfg, R1) == dense.smem_bytes(cfg) + 1024 * 4 and step["pdl"]
     assert cfg.to_dict() == {"family": "dense", "bm": 32, "bn": 128, "ks": 8, "threads": 128, "slices": 1,
-                             "stages": dense.STAGES, "in_bn": False, "out_ld": False}
+                             "stages": dense.STAGES, "in_bn": False, "out_ld": False, "mma": False}
     # the time the manifest records: FFMAs a block at 128 a clock, plus a fixed part; more work, more time
     assert 3.0 < dense.predict_us(R1, 1, cfg) < dense.predict_us(R1, 8, dense.DenseConfig(32, 128, 1))
 
@@ -149,7 +149,7 @@ def test_narrow_tiles_where_nothing_wider_fits_or_the_wider_ones_leave_most_sms_
     assert {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(GROWTH, 1)} == \
         set(dense.NARROW_TILES) | set(dense.WARP_NARROW_TILES)
     small = ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))
-    tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1)}
+    tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1) if not c.mma}
     assert dense.narrow_wanted(small, 1) and tiles == set(dense.CANDIDATE_TILES) | set(dense.NARROW_TILES) | \
         set(dense.WARP_TILES) | set(dense.WARP_NARROW_TILES)
     assert not dense.narrow_wanted(R3, 1) and all(c.bn > 32 for c in dense.candidates(R3, 1))
@@ -195,7 +195,8 @@ def test_kernels_compile_without_spills(tmp_path):
     from snn.codegen.cache import CubinCache
     from snn.codegen.compile import Compiler, problems
     sources = dict(dense.render(shape, b, cfg) for shape, b in [(R3, 1), (S2, 8), (WIDE, 1)]
-                   for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),)))
+                   for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),),
+                                               mma_tiles=dense.MMA_TILES))
     sources.update(dense.render(shape, 1, cfg) for shape in (R1, ConvShape(1792, 896, 14, 14, 1, 1, (1, 1), (0, 0)))
                    for cfg in dense.candidates(shape, 1, in_bn=True))
     sources.update(dense.render(shape, 1, cfg) for shape in (GROWTH, ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)))
@@ -232,7 +233,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     spec.write_text(NET)
     shape_a = load_spec(spec).convs[1].shape
     cands = dense.candidates(shape_a, 1)
-    assert len(cands) == len(dense.CANDIDATE_TILES) + len(dense.WARP_TILES)
+    assert len(cands) == len(dense.CANDIDATE_TILES) + len(dense.WARP_TILES) + len(dense.MMA_TILES)
     spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
     pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
@@ -290,3 +291,41 @@ def test_warp_tiles_give_each_warp_the_whole_tile_over_its_share_of_a_chunk():
         dense.render(R1, 1, dense.DenseConfig(32, 64, 8, 32, 2))
     with pytest.raises(ValueError, match="32, 128 or 256 threads"):
         dense.render(R1, 1, dense.DenseConfig(32, 64, 8, 64, 2))
+
+
+def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
+    """A 3xTF32 tile: each operand split into a TF32 high part and a TF32 rest, three m16n8k8 products a fragment
+    (the rest x rest one dropped), four warps a slice each the tile's pixels x a quarter of its channels, the
+    fragments stored into the slices' partial tiles for the same sums and epilogue; offered beside every FFMA tile."""
+    cfg = dense.DenseConfig(32, 128, 8, mma=True)
+    assert cfg.tag() == "m32n128k8t128x3" and cfg.to_dict()["mma"]
+    fn, src = dense.render(R3, 1, cfg)
+    assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n128k8t128x3_b1"
+    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1 and "cvt.rna.tf32.f32" in src
+    assert re.search(r"snn_mma_tf32\(d, al, bh\);\s+snn_mma_tf32\(d, ah, bl\);\s+snn_mma_tf32\(d, ah, bh\);", src)
+    for define in (r"LDB \(BN \+ 8\)", r"MT \(BM / 16\)", r"NT \(BN / 32\)", r"RED \(SLICES \* BM \* LDR\)"):
+        assert re.search(rf"#define {define}", src), define
+    assert "fmaf(v, b[j].x" not in src and "snn_ksum_push4(recv_s" in src and "red + (slice * BM + i * 16 + gid)" in src
+    ffma = dense.render(R3, 1, dense.DenseConfig(32, 128, 8))[1]
+    assert "mma.sync" not in ffma and "#define LDB" not in ffma and "fmaf(v, b[j].x" in ffma
+    # a lone block sums its one slice's fragments in shared memory as the slices' path does; rows past M stay out
+    fn1, src1 = dense.render(S2, 8, dense.DenseConfig(64, 64, 1, 128, 2, mma=True))
+    assert "__cluster_dims__" not in src1 and "partial(v)" in src1 and "red + (slice * BM + i * 16 + gid)" in src1
+    # the padded weight rows and the fragments' partial tiles are in the shared memory the step asks for
+    assert dense.smem_bytes(cfg, R3) == dense.smem_bytes(dense.DenseConfig(32, 128, 8), R3) + 3 * 32 * 8 * 4
+    lone = dense.DenseConfig(64, 64, 1, 128, 1, mma=True)
+    assert dense.smem_bytes(lone) == max(3 * (64 * 36 + 32 * 72) * 4, 64 * 68 * 4)
+    # offered beside the FFMA tiles at every batch the kernel is, with the same K splits
+    for b in (1, 8):
+        cands = dense.candidates(R3, b)
+        mma = [c for c in cands if c.mma]
+        assert {(c.bm, c.bn, c.threads, c.slices) for c in mma} == set(dense.MMA_TILES)
+        assert all(c.ks == next(f.ks for f in cands if not f.mma and (f.bm, f.bn) == (c.bm, c.bn)) for c in mma
+                   if any(not f.mma and (f.bm, f.bn) == (c.bm, c.bn) for f in cands))
+    assert not any(c.mma for c in dense.candidates(R3, 1, tiles=dense.CANDIDATE_TILES))   # given tiles alone
+    # the tensor cores' three products price below the FFMAs they replace
+    assert 3.0 < dense.predict_us(R3, 8, dataclasses.replace(cfg, ks=1)) < dense.predict_us(R3, 8, dense.DenseConfig(32, 128, 1))
+    with pytest.raises(ValueError, match="four warps a slice"):
+        dense.render(R3, 1, dense.DenseConfig(32, 64, 8, 32, 4, mma=True))
+    with pytest.raises(ValueError, match="four warps a slice"):
+        dense.render(R3, 1, dense.DenseConfig(32, 64, 4, 256, 1, mma=True))

@@ -24,6 +24,7 @@ tdir=$(realpath "${3:?TUNING_DIR}"); before=$(realpath "${4:?BEFORE_TREE}")
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
 PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}; REGRAPH=${REGRAPH:-1}
 CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
+CAL_TIMEOUT=${CAL_TIMEOUT:-300}    # seconds calibrate may take (new kernels to measure, a new graph step)
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
 mkdir -p "$out"
@@ -50,7 +51,7 @@ fi
 if [[ " $PARTS " == *" ab "* ]]; then
   for net in $NETS; do
     [ "$CALIBRATE" = 1 ] || break
-    timeout 300 snn-run calibrate --spec "$net" --batch 1 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
+    timeout "$CAL_TIMEOUT" snn-run calibrate --spec "$net" --batch 1 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
       > "$out/after_${net}_calibrate.log" 2>&1
     grep -E "measurement|^in the graph|^  [^ ]|rror" "$out/after_${net}_calibrate.log"
     gzip -c "generated/$net/$GPU/tuning.json" > "$out/after_${net}_tuning.json.gz"
