@@ -138,12 +138,16 @@ def plan_cmd(spec, gpu_name, batch, levels, layers, model, explain, top, as_json
 @click.option("--clusters", is_flag=True,
               help="Sum channel splits of up to 8 blocks in thread-block clusters (sm_90+) instead of atomics and "
                    "an epilogue launch; off by default: measured slower on the H100 (docs/kernels.md).")
+@click.option("--tf32x3", is_flag=True,
+              help="Also offer the dense FP32 kernel in 3xTF32 tiles (sm_80+): products on the tensor cores, each "
+                   "operand split into two TF32 parts, at FP32's accuracy but not its rounding; `snn-run calibrate` "
+                   "keeps them where they measure faster. Off by default: the bundle stays exact FP32.")
 @click.option("--precision", default="fp32", type=click.Choice(PRECISIONS),
               help="fp32: exact, the sparse kernels; bf16 / fp16: every conv dense on cuDNN's tensor cores (16-bit "
                    "sparse kernels measured slower), so nothing is compiled and no nvcc is needed. Recorded in the "
                    "manifest: `snn-run` runs the bundle in it.")
 @user_errors
-def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters, precision):
+def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candidates, clusters, tf32x3, precision):
     """Plan, render and compile the sparse kernels of SPEC into a relocatable bundle
     OUT/<network>/<gpu>/ (manifest.json, cubins/, src/, spec.yaml): copy that folder to the GPU machine
     and it runs there.
@@ -165,7 +169,8 @@ def build_cmd(spec, gpu, arch, batch, levels, out, jobs, rebuild, model, candida
     previous = {s: signal.signal(s, interrupted) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = build_spec(spec, gpu, batch, levels, out, jobs=jobs, rebuild=rebuild, arch=arch, model=model,
-                            candidates=candidates, clusters=clusters, progress_factory=bar, precision=precision)
+                            candidates=candidates, clusters=clusters, tf32x3=tf32x3, progress_factory=bar,
+                            precision=precision)
     except KeyboardInterrupt:
         click.echo("interrupted: the kernels compiled so far are in the compiler cache; the same command "
                    "continues from there", err=True)

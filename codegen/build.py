@@ -312,13 +312,14 @@ def _dense_candidates(stages, gpu, plans, wanted, emitted) -> dict:
     if dense is None:
         return out
     sms, clusters = getattr(gpu, "sms", 132), bool(getattr(gpu, "has_clusters", False))
+    mma_tiles = dense.MMA_TILES if getattr(gpu, "tf32x3", False) else ()   # `--tf32x3`: the 3xTF32 tiles too
     for b, plan in plans.items():
         for lp in plan.layers:
             layer, shape = lp.layer, lp.layer.shape
             if layer.groups != 1:
                 continue
             for cfg in dense.candidates(shape, b, sms, clusters, in_bn=bool(layer.bn_input),
-                                        out_ld=bool(layer.into_concat)):
+                                        out_ld=bool(layer.into_concat), mma_tiles=mma_tiles):
                 name = cfg.name(shape, b)
                 if name not in emitted:
                     emitted[name] = dense.emitted(shape, b, cfg)
@@ -595,7 +596,8 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
 def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int] = 1,
                levels: str | list[float] = DEFAULT_LEVELS, out: str | Path = "generated", *, jobs: int | None = None,
                rebuild: bool = False, arch: str | None = None, model: str = "snn", candidates: int = 1,
-               clusters: bool = False, progress_factory=None, precision: str = bundle.DEFAULT_PRECISION) -> BuildResult:
+               clusters: bool = False, tf32x3: bool = False, progress_factory=None,
+               precision: str = bundle.DEFAULT_PRECISION) -> BuildResult:
     """`snn.build` and `snn-codegen build`: a spec file and option values to a bundle in <out>/<network>/<gpu>/."""
     from .spec import load_spec
     batches = parse_batches(",".join(map(str, batch)) if isinstance(batch, (list, tuple)) else str(batch))
@@ -603,7 +605,7 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
     if precision not in bundle.PRECISIONS:
         raise UserError(f"--precision: expected one of {', '.join(bundle.PRECISIONS)}, got {precision!r}")
     if precision != bundle.DEFAULT_PRECISION:  # options that shape sparse kernels, which a 16-bit bundle has none of
-        for opt, given in (("--candidates", candidates != 1), ("--clusters", clusters)):
+        for opt, given in (("--candidates", candidates != 1), ("--clusters", clusters), ("--tf32x3", tf32x3)):
             if given:
                 raise UserError(f"{opt}: a {precision} bundle has no sparse kernels (every conv runs dense on "
                                 f"cuDNN's tensor cores); leave {opt} out or build with --precision fp32")
@@ -617,6 +619,10 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
         if not target.has_clusters:
             raise UserError(f"--clusters: {target.name} ({target.arch}) has no thread-block clusters (sm_90 and later)")
         target = dataclasses.replace(target, clusters=True)
+    if tf32x3:  # the dense kernel's 3xTF32 tiles (codegen/dense.py): mma.sync on TF32, sm_80+
+        if tuple(target.compute_capability) < (8, 0):
+            raise UserError(f"--tf32x3: {target.name} ({target.arch}) has no TF32 tensor cores (sm_80 and later)")
+        target = dataclasses.replace(target, tf32x3=True)
     # everything the plan and the sources depend on, so that a rebuild from the same inputs does nothing
     gpu_desc = target.to_dict() if hasattr(target, "to_dict") else repr(target)
     inputs = json.dumps({"spec": Path(net.path).read_text(), "gpu": gpu_desc, "batches": batches,

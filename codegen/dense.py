@@ -66,9 +66,10 @@ WARP_MAX_BATCH = 1
 WARP_MIN_SPLIT = 4
 # 3xTF32 tiles (mma): the tile's products on the tensor cores, each FP32 operand split into two TF32 parts and three
 # m16n8k8 products summed in FP32 (the rest x rest product, ~2^-22 of each, dropped: FP32's accuracy, not its
-# rounding). The FFMA tile's main loop is bound by issuing its FFMAs (one warp a scheduler at batch 1); the tensor
-# cores do a k8 step of a 16 x 8 fragment in three instructions where the FFMAs take 32. Four warps a slice, each
-# the tile's pixels x a quarter of its channels (bn / 4: whole n8 fragments); offered at every batch the kernel is.
+# rounding, hence an option: `snn-codegen build --tf32x3`). The FFMA tile's main loop is bound by issuing its FFMAs
+# (one warp a scheduler at batch 1); the tensor cores take a k8 step of a 16 x 8 fragment in three instructions
+# where the FFMAs take 32. Four warps a slice, each the tile's pixels x a quarter of its channels (bn / 4: whole n8
+# fragments); offered beside the FFMA tiles at every batch the kernel is, with the same K splits.
 MMA_TILES = ((32, 128, 128, 1), (32, 128, 128, 2), (32, 64, 128, 2), (64, 64, 128, 2))
 MMA_MACS_PER_CLOCK = 512   # TF32 multiply-adds an SM a clock through mma.sync (about half the datasheet's rate)
 STORE_VECTOR = 4     # channels a store moves (float4): a concat slice's pitch and offset are multiples of it
@@ -199,18 +200,15 @@ def narrow_wanted(shape: ConvShape, batch: int, sms: int = 132, clusters: bool =
 
 
 def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = True,
-               tiles=None, in_bn: bool = False, out_ld: bool = False, mma_tiles=None) -> list[DenseConfig]:
+               tiles=None, in_bn: bool = False, out_ld: bool = False, mma_tiles=()) -> list[DenseConfig]:
     """Per tile shape (CANDIDATE_TILES, NARROW_TILES where narrow_wanted, at batch 1 WARP_TILES and likewise
     WARP_NARROW_TILES where split WARP_MIN_SPLIT ways) the largest K split whose blocks fit one wave of one block an
     SM (batch 1 is latency-bound: fewer chunks a block, no second wave), where the kernel takes it (check: a warp
     tile's partial sums may outgrow shared memory); without clusters (before sm_90) no split; and mma_tiles
-    (MMA_TILES where no tiles are given) so, as 3xTF32 tiles, calibrate keeping whichever is faster. in_bn: for a
-    layer that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
+    (MMA_TILES: `snn-codegen build --tf32x3`) so, as 3xTF32 tiles. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
     into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
-    if mma_tiles is None:   # given tiles alone are those tiles alone
-        mma_tiles = MMA_TILES if tiles is None else ()
     if tiles is None:
         narrow, warp = narrow_wanted(shape, batch, sms, clusters), batch <= WARP_MAX_BATCH
         tiles = CANDIDATE_TILES + (NARROW_TILES if narrow else ()) + (WARP_TILES if warp else ()) \

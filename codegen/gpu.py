@@ -50,6 +50,9 @@ class GPU:
     # plan channel splits of <= 8 blocks as thread-block clusters (sm_90+; `snn-codegen build --clusters`): an
     # option, not the GPU's description, and off by default: measured slower on the H100 (docs/kernels.md)
     clusters: bool = False
+    # also offer the dense FP32 kernel's 3xTF32 tiles (`snn-codegen build --tf32x3`, sm_80+: codegen/dense.py
+    # MMA_TILES): products on the tensor cores at FP32's accuracy, not its rounding; an option, off by default
+    tf32x3: bool = False
 
     @property
     def max_threads(self) -> int:
@@ -72,7 +75,8 @@ class GPU:
         return d
 
 
-FIELDS = tuple(f.name for f in dataclasses.fields(GPU) if f.name != "clusters")   # a description's fields
+OPTIONS = ("clusters", "tf32x3")                 # build options the GPU carries, not its description's fields
+FIELDS = tuple(f.name for f in dataclasses.fields(GPU) if f.name not in OPTIONS)   # a description's fields
 _INT_FIELDS = tuple(f.name for f in dataclasses.fields(GPU) if f.type == "int")
 
 

@@ -149,7 +149,7 @@ def test_narrow_tiles_where_nothing_wider_fits_or_the_wider_ones_leave_most_sms_
     assert {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(GROWTH, 1)} == \
         set(dense.NARROW_TILES) | set(dense.WARP_NARROW_TILES)
     small = ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))
-    tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1) if not c.mma}
+    tiles = {(c.bm, c.bn, c.threads, c.slices) for c in dense.candidates(small, 1)}
     assert dense.narrow_wanted(small, 1) and tiles == set(dense.CANDIDATE_TILES) | set(dense.NARROW_TILES) | \
         set(dense.WARP_TILES) | set(dense.WARP_NARROW_TILES)
     assert not dense.narrow_wanted(R3, 1) and all(c.bn > 32 for c in dense.candidates(R3, 1))
@@ -233,7 +233,7 @@ def test_fp32_build_offers_the_dense_kernels_beside_each_levels_pick(tmp_path, m
     spec.write_text(NET)
     shape_a = load_spec(spec).convs[1].shape
     cands = dense.candidates(shape_a, 1)
-    assert len(cands) == len(dense.CANDIDATE_TILES) + len(dense.WARP_TILES) + len(dense.MMA_TILES)
+    assert len(cands) == len(dense.CANDIDATE_TILES) + len(dense.WARP_TILES)
     spilled = cands[0].name(shape_a, 1)   # as if ptxas had spilled one of them
     pretend_spilled(monkeypatch, spilled)
     r = build_mod.build_spec(str(spec), "h100", [1, 16], out=tmp_path / "gen", levels="0.5,0.7")
@@ -301,7 +301,7 @@ def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
     assert cfg.tag() == "m32n128k8t128x3" and cfg.to_dict()["mma"]
     fn, src = dense.render(R3, 1, cfg)
     assert fn == "dconv_r3s3_str1_pad1_c256n256_h14w14_m32n128k8t128x3_b1"
-    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1 and "cvt.rna.tf32.f32" in src
+    assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1 and "+ 0x1000u) & 0xffffe000u" in src
     assert re.search(r"snn_mma_tf32\(d, al, bh\);\s+snn_mma_tf32\(d, ah, bl\);\s+snn_mma_tf32\(d, ah, bh\);", src)
     for define in (r"LDB \(BN \+ 8\)", r"MT \(BM / 16\)", r"NT \(BN / 32\)", r"RED \(SLICES \* BM \* LDR\)"):
         assert re.search(rf"#define {define}", src), define
@@ -315,17 +315,45 @@ def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
     assert dense.smem_bytes(cfg, R3) == dense.smem_bytes(dense.DenseConfig(32, 128, 8), R3) + 3 * 32 * 8 * 4
     lone = dense.DenseConfig(64, 64, 1, 128, 1, mma=True)
     assert dense.smem_bytes(lone) == max(3 * (64 * 36 + 32 * 72) * 4, 64 * 68 * 4)
-    # offered beside the FFMA tiles at every batch the kernel is, with the same K splits
+    # asked for (`build --tf32x3`), offered beside the FFMA tiles at every batch the kernel is, with their K splits
     for b in (1, 8):
-        cands = dense.candidates(R3, b)
+        cands = dense.candidates(R3, b, mma_tiles=dense.MMA_TILES)
         mma = [c for c in cands if c.mma]
         assert {(c.bm, c.bn, c.threads, c.slices) for c in mma} == set(dense.MMA_TILES)
-        assert all(c.ks == next(f.ks for f in cands if not f.mma and (f.bm, f.bn) == (c.bm, c.bn)) for c in mma
-                   if any(not f.mma and (f.bm, f.bn) == (c.bm, c.bn) for f in cands))
-    assert not any(c.mma for c in dense.candidates(R3, 1, tiles=dense.CANDIDATE_TILES))   # given tiles alone
+        assert [c for c in cands if not c.mma] == dense.candidates(R3, b)
+        for c in mma:
+            assert c.ks == dense._split(R3, b, c.bm, c.bn, 132, True)[1]
+    assert not any(c.mma for c in dense.candidates(R3, 1))        # not asked for: none
     # the tensor cores' three products price below the FFMAs they replace
     assert 3.0 < dense.predict_us(R3, 8, dataclasses.replace(cfg, ks=1)) < dense.predict_us(R3, 8, dense.DenseConfig(32, 128, 1))
     with pytest.raises(ValueError, match="four warps a slice"):
         dense.render(R3, 1, dense.DenseConfig(32, 64, 8, 32, 4, mma=True))
     with pytest.raises(ValueError, match="four warps a slice"):
         dense.render(R3, 1, dense.DenseConfig(32, 64, 4, 256, 1, mma=True))
+
+
+@needs_nvcc
+def test_tf32x3_build_offers_the_3xtf32_tiles_too(tmp_path, monkeypatch):
+    """`snn-codegen build --tf32x3`: every layer the dense kernel takes is offered its 3xTF32 tiles beside the FFMA
+    tiles (after them in the model's order where they price slower, before where faster), compiled without spills
+    and recorded with their config; a rebuild without the option is not up to date; a GPU before sm_80 refuses it."""
+    from snn.codegen import build as build_mod
+    from snn.codegen.errors import UserError
+    from snn.codegen.spec import load_spec
+    monkeypatch.setenv("SNN_CACHE_DIR", str(tmp_path / "cubins"))
+    spec = tmp_path / "dense32.yaml"
+    spec.write_text(NET)
+    shape_a = load_spec(spec).convs[1].shape
+    r = build_mod.build_spec(str(spec), "h100", [1], out=tmp_path / "gen", levels="0.5", tf32x3=True)
+    m = r.manifest
+    layer_a = next(lay for lay in m["layers"] if lay["name"] == "a")
+    offered = [c["kernel"] for c in layer_a["batches"]["1"]["levels"]["0.50"]["candidates"]]
+    mma = [c.name(shape_a, 1) for c in dense.candidates(shape_a, 1, mma_tiles=dense.MMA_TILES) if c.mma]
+    assert mma and set(mma) <= set(offered) and offered[0].startswith("sconv_")
+    for name in mma:
+        k = m["kernels"][name]
+        assert k["config"]["mma"] and k["config"]["family"] == "dense" and k["registers"] > 0
+    plain = build_mod.build_spec(str(spec), "h100", [1], out=tmp_path / "gen", levels="0.5")
+    assert not plain.up_to_date and not any(k.get("config", {}).get("mma") for k in plain.manifest["kernels"].values())
+    with pytest.raises(UserError, match=r"^--tf32x3: v100 \(sm_70\) has no TF32 tensor cores"):
+        build_mod.build_spec(str(spec), "v100", [1], out=tmp_path / "gen", tf32x3=True)

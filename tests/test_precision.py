@@ -98,6 +98,8 @@ def test_16_bit_build_refuses_options_for_sparse_kernels(spec, tmp_path):
         build16(spec, tmp_path, candidates=3)
     with pytest.raises(UserError, match=r"^--clusters: a fp16 bundle has no sparse kernels"):
         build16(spec, tmp_path, "fp16", clusters=True)
+    with pytest.raises(UserError, match=r"^--tf32x3: a bf16 bundle has no sparse kernels"):
+        build16(spec, tmp_path, tf32x3=True)
     with pytest.raises(UserError, match=r"^--precision: expected one of fp32, bf16, fp16, got 'fp8'"):
         build16(spec, tmp_path, "fp8")
 
@@ -111,6 +113,9 @@ def test_cli_build_precision(spec, tmp_path):
     assert json.loads((tmp_path / "gen" / "tiny16" / "h100" / "manifest.json").read_text())["precision"] == "fp16"
     r = CliRunner().invoke(cli.codegen_main, ["build", str(spec), "--precision", "fp8"])
     assert r.exit_code == 2
+    r = CliRunner().invoke(cli.codegen_main, ["build", str(spec), "--precision", "bf16", "--tf32x3"])
+    assert r.exit_code == 1 and "--tf32x3: a bf16 bundle has no sparse kernels" in r.output
+    assert "Traceback" not in r.output and len(r.output.strip().splitlines()) == 1
 
 
 @needs_nvcc
