@@ -106,7 +106,9 @@ def concat_slice_cases() -> list[tuple]:
     dense_cases = [(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8)),
                    (ConvShape(128, 32, 7, 7, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 32, 4)),
                    (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 1, 128, 2)),
-                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 8, 32, 8))]
+                   (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(64, 32, 8, 32, 8)),
+                   (ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(16, 32, 8, mma=True)),
+                   (ConvShape(128, 64, 28, 28, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 2, 128, 2, mma=True))]
     return ([(emit.render_sparse(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in cases
              for b in (1, 3)]
             + [(dense.emitted(sh, b, dataclasses.replace(cfg, out_ld=True)), sh, b) for sh, cfg in dense_cases
@@ -191,7 +193,10 @@ def dense_pre_activation_cases() -> list[tuple]:
              (ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 8, 32, 8)),
              (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 1, 32, 4)),
              # 48 KB of dynamic shared memory beside the split's mbarrier: past the limit without the opt-in
-             (ConvShape(320, 128, 28, 28, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 2, 128, 2))]
+             (ConvShape(320, 128, 28, 28, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 64, 2, 128, 2)),
+             # 3xTF32 tiles: in and out of a cluster, slices, a 3x3 with padding and ragged M
+             (ConvShape(1024, 128, 14, 14, 1, 1, (1, 1), (0, 0)), dense.DenseConfig(32, 128, 8, mma=True)),
+             (ConvShape(64, 64, 9, 11, 3, 3, (1, 1), (1, 1)), dense.DenseConfig(32, 64, 1, 128, 2, mma=True))]
     return [(dense.emitted(sh, b, dataclasses.replace(cfg, in_bn=True)), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 

@@ -198,9 +198,10 @@ def test_kernels_compile_without_spills(tmp_path):
                    for cfg in dense.candidates(shape, b, tiles=dense.CANDIDATE_TILES + ((32, 128, 128, 4),),
                                                mma_tiles=dense.MMA_TILES))
     sources.update(dense.render(shape, 1, cfg) for shape in (R1, ConvShape(1792, 896, 14, 14, 1, 1, (1, 1), (0, 0)))
-                   for cfg in dense.candidates(shape, 1, in_bn=True))
-    sources.update(dense.render(shape, 1, cfg) for shape in (GROWTH, ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)))
-                   for cfg in dense.candidates(shape, 1, out_ld=True))
+                   for cfg in dense.candidates(shape, 1, in_bn=True, mma_tiles=dense.MMA_TILES))
+    sources.update(dense.render(shape, 1, cfg) for shape in (GROWTH, ConvShape(128, 32, 56, 56, 3, 3, (1, 1), (1, 1)),
+                                                             ConvShape(128, 64, 28, 28, 3, 3, (1, 1), (1, 1)))
+                   for cfg in dense.candidates(shape, 1, out_ld=True, mma_tiles=dense.MMA_TILES))
     sources.update(dense.render(shape, 1, cfg) for shape in [ConvShape(1888, 128, 7, 7, 1, 1, (1, 1), (0, 0))]
                    for cfg in dense.candidates(shape, 1, in_bn=True))
     records = Compiler(CubinCache(tmp_path)).compile(sources, "sm_90").records
