@@ -205,8 +205,8 @@ def candidates(shape: ConvShape, batch: int, sms: int = 132, clusters: bool = Tr
     WARP_NARROW_TILES where split WARP_MIN_SPLIT ways) the largest K split whose blocks fit one wave of one block an
     SM (batch 1 is latency-bound: fewer chunks a block, no second wave), where the kernel takes it (check: a warp
     tile's partial sums may outgrow shared memory); without clusters (before sm_90) no split; and mma_tiles
-    (MMA_TILES: `snn-codegen build --tf32x3`) so, as 3xTF32 tiles. in_bn: for a layer that reads a pre-activation (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores
-    into a concat's buffer."""
+    (MMA_TILES: `snn-codegen build --tf32x3`) so, as 3xTF32 tiles. in_bn: for a layer that reads a pre-activation
+    (none where the kernel cannot apply it: stride 2); out_ld: for a layer that stores into a concat's buffer."""
     if batch > MAX_BATCH or not eligible(shape) or (in_bn and not input_epilogue(shape)):
         return []
     if tiles is None:
