@@ -297,7 +297,8 @@ def test_warp_tiles_give_each_warp_the_whole_tile_over_its_share_of_a_chunk():
 def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
     """A 3xTF32 tile: each operand split into a TF32 high part and a TF32 rest, three m16n8k8 products a fragment
     (the rest x rest one dropped), four warps a slice each the tile's pixels x a quarter of its channels, the
-    fragments stored into the slices' partial tiles for the same sums and epilogue; offered beside every FFMA tile."""
+    fragments stored into the slices' partial tiles for the same sums and epilogue; offered beside the FFMA tiles
+    where asked for."""
     cfg = dense.DenseConfig(32, 128, 8, mma=True)
     assert cfg.tag() == "m32n128k8t128x3" and cfg.to_dict()["mma"]
     fn, src = dense.render(R3, 1, cfg)
@@ -337,8 +338,8 @@ def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
 @needs_nvcc
 def test_tf32x3_build_offers_the_3xtf32_tiles_too(tmp_path, monkeypatch):
     """`snn-codegen build --tf32x3`: every layer the dense kernel takes is offered its 3xTF32 tiles beside the FFMA
-    tiles (after them in the model's order where they price slower, before where faster), compiled without spills
-    and recorded with their config; a rebuild without the option is not up to date; a GPU before sm_80 refuses it."""
+    tiles, after the sparse pick, compiled without spills and recorded with their config; a rebuild without the
+    option is not up to date and has none; a GPU before sm_80 refuses it."""
     from snn.codegen import build as build_mod
     from snn.codegen.errors import UserError
     from snn.codegen.spec import load_spec
