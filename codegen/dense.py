@@ -157,9 +157,8 @@ def check(shape: ConvShape, cfg: DenseConfig) -> None:
     ty = cfg.threads // cfg.tx
     if not eligible(shape) or shape.N % cfg.bn:
         raise ValueError(f"{shape.tag()}: the dense kernel needs C % {BK} == 0 and N % {cfg.bn} == 0")
-    if cfg.mma and (cfg.threads != 128 or cfg.bm % 16 or cfg.slices not in SLICES):
-        raise ValueError(f"{cfg.tag()}: a 3xTF32 tile takes four warps a slice ({', '.join(map(str, SLICES))} "
-                         f"slices) and bm a multiple of 16")
+    if cfg.mma and (cfg.threads != 128 or cfg.bm % 16):   # its slices: checked as any 128-thread tile's below
+        raise ValueError(f"{cfg.tag()}: a 3xTF32 tile takes four warps a slice and bm a multiple of 16")
     if cfg.threads == 32:     # a warp tile
         if cfg.slices not in WARP_SLICES or cfg.bm % ty or cfg.bm * cfg.bn // 32 > WARP_ACC:
             raise ValueError(f"{cfg.tag()}: a warp tile takes {' or '.join(map(str, WARP_SLICES))} slices, bm a "
