@@ -11,7 +11,7 @@
 # - checks: the dense kernel's cases (tests/kernel_cases.py; CASES: another pytest -k selection) against float64 and
 #   its warp tiles (SANITIZE: another --kernel-name filter) under compute-sanitizer memcheck (kernel_checks.log,
 #   memcheck.log);
-# - ab: after's calibration (after_NET_calibrate.log, after_NET_tuning.json.gz), then breakdown.py at batch 1 in both
+# - ab: after's calibration (after_NET_calibrate.log, after_NET_tuning.json.gz), then breakdown.py at BATCH in both
 #   orders (after, before, before2, after2) and table.py's table (table.md: per kernel kind and conv shape);
 # - ncu (after ab): Nsight Compute on DenseNet-201's 14x14 dense kernels in the graph, one at a time, each side on its
 #   calibration (isolated.py: isolated_SIDE_densenet201_b1.md, the raw .csv.gz): the stalls the warp tiles address.
@@ -25,6 +25,7 @@ here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
 PARTS=${PARTS:-checks ab ncu}; NETS=${NETS:-resnet152 densenet201}; CALIBRATE=${CALIBRATE:-1}; REGRAPH=${REGRAPH:-1}
 CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
 CAL_TIMEOUT=${CAL_TIMEOUT:-300}    # seconds calibrate may take (new kernels to measure, a new graph step)
+BATCH=${BATCH:-1}                  # the batch built, calibrated and replayed (ncu: 1 only)
 AFTER_BUILD=${AFTER_BUILD:-}       # more snn-codegen build options for the after side (e.g. --tf32x3)
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
@@ -33,10 +34,10 @@ for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
   [ "$tree" = "$after" ] && env_report > "$out/env.txt"
   for net in $NETS; do
-    snn-codegen build "$net" --gpu "$GPU" --batch 1 -j 16 $([ "$tree" = "$after" ] && echo $AFTER_BUILD) 2>&1 | tail -1
+    snn-codegen build "$net" --gpu "$GPU" --batch "$BATCH" -j 16 $([ "$tree" = "$after" ] && echo $AFTER_BUILD) 2>&1 | tail -1
     tin="$tdir/${net}_tuning.json.gz"; [ -f "$tin" ] || tin="$tdir/after_${net}_tuning.json.gz"   # a warp.sh output
     python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tin" \
-      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE$REGRAPH" = 11 ] && echo --drop-graph 1) \
+      "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE$REGRAPH" = 11 ] && echo --drop-graph "$BATCH") \
       ${REMEASURE:+$([ "$tree" = "$after" ] && echo --remeasure "$REMEASURE")}
   done
 ) done
@@ -52,15 +53,15 @@ fi
 if [[ " $PARTS " == *" ab "* ]]; then
   for net in $NETS; do
     [ "$CALIBRATE" = 1 ] || break
-    timeout "$CAL_TIMEOUT" snn-run calibrate --spec "$net" --batch 1 --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
+    timeout "$CAL_TIMEOUT" snn-run calibrate --spec "$net" --batch "$BATCH" --levels 0.4:0.9:0.1 --reps 15 --images "$photos" \
       > "$out/after_${net}_calibrate.log" 2>&1
     grep -E "measurement|^in the graph|^  [^ ]|rror" "$out/after_${net}_calibrate.log"
     gzip -c "generated/$net/$GPU/tuning.json" > "$out/after_${net}_tuning.json.gz"
   done
   bd() {  # SIDE TREE NET
     (cd "$2" && . docs/results/env.sh
-     timeout 150 python3 "$here/breakdown.py" "$3" 1 "$photos" "$out/$1_$3_b1.json" > "$out/$1_$3_b1.log" 2>&1
-     echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b1.log" | cut -c1-160)")
+     timeout 150 python3 "$here/breakdown.py" "$3" "$BATCH" "$photos" "$out/$1_$3_b$BATCH.json" > "$out/$1_$3_b$BATCH.log" 2>&1
+     echo "$1 $3 exit $?: $(tail -1 "$out/$1_$3_b$BATCH.log" | cut -c1-160)")
   }
   mine="plus its own new kernels' and a new graph step's"; [ "$REGRAPH" = 1 ] || mine="plus its own new kernels' and shapes'"
   [ "$CALIBRATE" = 1 ] || mine="as it is"
@@ -70,7 +71,7 @@ if [[ " $PARTS " == *" ab "* ]]; then
     bd after "$after" $net; bd before "$before" $net; bd before2 "$before" $net; bd after2 "$after" $net
   done
   python3 "$here/table.py" "$out" > /dev/null
-  gzip -f "$out"/*_b1.json
+  gzip -f "$out"/*_b"$BATCH".json
   grep -B2 -A7 "^| network" "$out/table.md"
 fi
 if [[ " $PARTS " == *" ncu "* ]]; then
