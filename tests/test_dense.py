@@ -306,7 +306,7 @@ def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
     assert src.count("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32") == 1 and "+ 0x1000u) & 0xffffe000u" in src
     assert re.search(r"snn_mma_tf32\(d, al, bh\);\s+snn_mma_tf32\(d, ah, bl\);\s+snn_mma_tf32\(d, ah, bh\);", src)
     # a chunk's products go into zeroed fragments, added to the accumulators in FP32 after it: an mma truncates
-    # what it adds, and over a whole K that took the tiles ~10x further from float64 than the FFMA ones
+    # what it adds, and over a whole K that took the tiles ~10x further from cuDNN FP32 than the FFMA ones
     assert "snn_mma3(part[i][j]" in src and "snn_mma3(acc" not in src
     assert re.search(r"float part\[MT\]\[NT\]\[4\];(.|\n)*acc\[i\]\[j\]\[e\] \+= part\[i\]\[j\]\[e\];", src)
     for define in (r"LDB \(BN \+ 8\)", r"MT \(BM / 16\)", r"NT \(BN / 32\)", r"RED \(SLICES \* BM \* LDR\)"):

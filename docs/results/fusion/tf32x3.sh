@@ -8,6 +8,7 @@ set -uo pipefail
 out=${1:?usage: tf32x3.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}; photos=${2:?PHOTO_DIR}; tdir=${3:?TUNING_DIR}
 before=${4:?BEFORE_TREE}; warp="$(cd "$(dirname "$0")" && pwd)/warp.sh"
 export AFTER_BUILD=--tf32x3 NETS=resnet152
+mkdir -p "$out"
 PARTS=checks CASES="dense or concat" SANITIZE=kns=x3 bash "$warp" "$out/checks" "$photos" "$tdir" "$before" 2>&1 | tail -3
 for b in 8 1; do
   BATCH=$b CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$out/b$b" "$photos" "$tdir" "$before" 2>&1 | grep -v _warn_once \
