@@ -1,17 +1,27 @@
 #!/bin/bash
 # The dense kernel's 3xTF32 tiles (snn-codegen build --tf32x3) against this tree's FFMA-only bundle (BEFORE_TREE, the
-# same commit or an earlier one), ResNet-152 at batch 8 and 1, in one call: warp.sh's checks on the tiles' cases
-# (float64, memcheck on the x3 kernels: OUT/checks), then its A/B at each batch (OUT/b8, OUT/b1), both sides from
-# TUNING_DIR's calibration, the after side measuring its new kernels and redoing the in-graph step.
-#   bash docs/results/fusion/tf32x3.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE
+# same commit or an earlier one): warp.sh's checks on the tiles' cases (float64, memcheck on the x3 kernels:
+# OUT/checks), then its A/B per RUNS entry NET:BATCH (OUT/NET_bBATCH), both sides from the calibration in
+# TUNING_ROOT/NET's folder (resnet152: stem/, densenet201: transitions/), the after side measuring its new kernels
+# and redoing the in-graph step.
+#   bash docs/results/fusion/tf32x3.sh OUT PHOTO_DIR BEFORE_TREE
+# RUNS (default "resnet152:8 resnet152:1 densenet201:1"); PARTS="ab" skips the checks; TUNING_ROOT (default
+# docs/results/fusion/h200).
 set -uo pipefail
-out=${1:?usage: tf32x3.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE}; photos=${2:?PHOTO_DIR}; tdir=${3:?TUNING_DIR}
-before=${4:?BEFORE_TREE}; warp="$(cd "$(dirname "$0")" && pwd)/warp.sh"
-export AFTER_BUILD=--tf32x3 NETS=resnet152
+out=${1:?usage: tf32x3.sh OUT PHOTO_DIR BEFORE_TREE}; photos=${2:?PHOTO_DIR}; before=${3:?BEFORE_TREE}
+here=$(cd "$(dirname "$0")" && pwd); warp="$here/warp.sh"
+RUNS=${RUNS:-resnet152:8 resnet152:1 densenet201:1}; PARTS=${PARTS:-checks ab}
+root=${TUNING_ROOT:-$here/h200}
+declare -A tuning=([resnet152]=stem [densenet201]=transitions)
+export AFTER_BUILD=--tf32x3
 mkdir -p "$out"
-PARTS=checks CASES="dense or concat" SANITIZE=kns=x3 bash "$warp" "$out/checks" "$photos" "$tdir" "$before" 2>&1 | tail -3
-for b in 8 1; do
-  BATCH=$b CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$out/b$b" "$photos" "$tdir" "$before" 2>&1 | grep -v _warn_once \
-    > "$out/log_b$b.txt"
-  grep -A6 '^| network' "$out/b$b/table.md"
+if [[ " $PARTS " == *" checks "* ]]; then
+  NETS=resnet152 PARTS=checks CASES="dense or concat" SANITIZE=kns=x3 bash "$warp" "$out/checks" "$photos" \
+    "$root/stem" "$before" 2>&1 | tail -3
+fi
+for run in $RUNS; do
+  net=${run%:*}; b=${run#*:}
+  NETS=$net BATCH=$b CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$out/${net}_b$b" "$photos" "$root/${tuning[$net]}" \
+    "$before" 2>&1 | grep -v _warn_once > "$out/log_${net}_b$b.txt"
+  grep -A6 '^| network' "$out/${net}_b$b/table.md"
 done
