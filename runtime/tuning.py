@@ -12,7 +12,8 @@ writes this file and nothing else; the build never reads it. At load, `apply` de
 measurements that still match the bundle, in the in-memory manifest only:
 
 - per level: the kernel (the fastest correct candidate where the build made several, kept only if it
-  beats the model's pick by TUNE_MARGIN), its `measured_us` and cuDNN's `dense_us`;
+  beats the model's pick by TUNE_MARGIN, and a 3xTF32 tile only if it beats the FP32 kernels by as much), its
+  `measured_us` and cuDNN's `dense_us`;
 - per layer and batch: `threshold`, the lowest level from which the sparse kernel wins at that level
   and every higher one (dispatch.NEVER when it never wins, or wins by less than a decision on the
   device costs), `threshold_source: "calibrated"`, and `static_kernel` (see static_kernel());
@@ -129,10 +130,16 @@ def lowest_winning_level(pairs: dict[float, tuple[float, float]]) -> float | Non
     return best
 
 
+def _mma(manifest: dict, kernel: str) -> bool:
+    """A 3xTF32 tile of the dense kernel (codegen/dense.py, `build --tf32x3`)."""
+    return bool(manifest["kernels"].get(kernel, {}).get("config", {}).get("mma"))
+
+
 def _choose(manifest: dict, choice: dict, shape, b: int, lk: str, measurements: dict,
             tune: bool) -> tuple[float, float] | None:
     """Set the level's kernel to its fastest correct measured candidate, the model's pick unless an alternative is
-    TUNE_MARGIN faster (in place); (sparse us, dense us) or None."""
+    TUNE_MARGIN faster, an FP32 kernel unless a 3xTF32 one is TUNE_MARGIN faster (in place); (sparse us, dense us)
+    or None."""
     names = candidates(choice, tune)
     found = {n: m for n in names if (m := measurements.get(kernel_key(manifest, shape.tag(), b, float(lk), n)))}
     for c in choice.get("candidates", []):
@@ -140,10 +147,21 @@ def _choose(manifest: dict, choice: dict, shape, b: int, lk: str, measurements: 
     dense = next((m["dense_us"] for m in found.values() if m.get("dense_us") is not None), None)
     ok = {n: m for n, m in found.items()
           if m.get("rel_err_vs_cudnn_fp32") is not None and m["rel_err_vs_cudnn_fp32"] < MAX_REL_ERR}
-    if len(names) > 1:  # tuned: the fastest correct one; a level none of whose candidates was measured keeps its pick
-        best = min(ok, key=lambda n: (ok[n]["sparse_us"], names.index(n)), default=names[0])
-        if names[0] in ok and ok[best]["sparse_us"] > ok[names[0]]["sparse_us"] * (1 - TUNE_MARGIN):
+
+    def fastest(pool):  # the model's pick unless one of pool is TUNE_MARGIN faster
+        best = min(pool, key=lambda n: (pool[n]["sparse_us"], names.index(n)), default=names[0])
+        if names[0] in pool and pool[best]["sparse_us"] > pool[names[0]]["sparse_us"] * (1 - TUNE_MARGIN):
             best = names[0]
+        return best
+
+    if len(names) > 1:  # tuned: the fastest correct one; a level none of whose candidates was measured keeps its pick
+        best = fastest(ok)
+        # a 3xTF32 tile (FP32's accuracy, not its rounding) only where it beats the FP32 kernels by the margin too:
+        # DenseNet-201's near-ties on them bought nothing in the graph and moved its logits 5x further from float64
+        fp32 = {n: m for n, m in ok.items() if not _mma(manifest, n)}
+        if _mma(manifest, best) and fp32 and ok[best]["sparse_us"] > ok[(f := fastest(fp32))]["sparse_us"] * \
+                (1 - TUNE_MARGIN):
+            best = f
         choice["kernel"] = best
         choice["predicted_us"] = next(c["predicted_us"] for c in choice["candidates"] if c["kernel"] == best)
     elif choice.get("candidates"):  # tune=False: back to the model's pick

@@ -87,6 +87,37 @@ def test_apply_to_manifest_keeps_the_fastest_correct_candidate():
     assert (lv["0.90"]["kernel"], lv["0.90"]["measured_us"]) == ("a0.9", None)
 
 
+def test_a_3xtf32_tile_is_kept_only_where_it_beats_the_fp32_kernels_by_the_margin():
+    """FP32's rounding at a near-tie: a 3xTF32 candidate (config "mma") replaces the FP32 kernels only where it
+    measured TUNE_MARGIN faster than the fastest of them, which is itself chosen as usual."""
+    net = load_spec(ROOT / "network_specs/vgg19.yaml")
+    tag = next(c for c in net.convs if c.name == "features.12").shape.tag()
+    kernels = dict(KERNELS, **{f"x{lv}": {"sha256": f"sha-x{lv}", "config": {"family": "dense", "mma": True}}
+                               for lv in (0.5, 0.7, 0.9)})
+
+    def level(lv):
+        return {"kernel": f"a{lv}", "predicted_us": 10.0, "measured_us": None, "candidates": [
+            {"kernel": f"{k}{lv}", "predicted_us": p} for k, p in (("a", 10.0), ("b", 11.0), ("x", 12.0))]}
+    data = {"kernels": kernels, "layers": [{"name": "features.12", "batches": {"1": {"threshold": 0.5, "levels": {
+        f"{lv:.2f}": level(lv) for lv in (0.5, 0.7, 0.9)}}}}]}
+
+    def m(us):
+        return {"sparse_us": us, "dense_us": 30.0, "rel_err_vs_cudnn_fp32": 1e-7}
+    meas = {key(data, tag, 1, 0.5, "a0.5"): m(20.0), key(data, tag, 1, 0.5, "x0.5"): m(19.8),   # a near-tie
+            key(data, tag, 1, 0.7, "a0.7"): m(20.0), key(data, tag, 1, 0.7, "x0.7"): m(15.0),   # a clear win
+            key(data, tag, 1, 0.9, "a0.9"): m(20.0), key(data, tag, 1, 0.9, "b0.9"): m(16.0),
+            key(data, tag, 1, 0.9, "x0.9"): m(15.9)}   # faster than the pick, level with the other FP32 kernel
+    tuning.apply(data, meas, net)
+    lv = data["layers"][0]["batches"]["1"]["levels"]
+    assert [lv[k]["kernel"] for k in ("0.50", "0.70", "0.90")] == ["a0.5", "x0.7", "b0.9"]
+    assert 19.8 > 20.0 * (1 - tuning.TUNE_MARGIN) and 15.9 > 16.0 * (1 - tuning.TUNE_MARGIN)
+    # without the config, the same times choose by speed alone
+    for lvl in (0.5, 0.9):
+        del kernels[f"x{lvl}"]["config"]
+    tuning.apply(data, meas, net)
+    assert [lv[k]["kernel"] for k in ("0.50", "0.90")] == ["a0.5", "x0.9"]
+
+
 def test_static_kernel_only_where_deciding_cannot_pay():
     net = load_spec(ROOT / "network_specs/vgg19.yaml")
     tag = next(c for c in net.convs if c.name == "features.12").shape.tag()
