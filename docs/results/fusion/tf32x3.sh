@@ -6,7 +6,8 @@
 # and redoing the in-graph step.
 #   bash docs/results/fusion/tf32x3.sh OUT PHOTO_DIR BEFORE_TREE
 # RUNS (default "resnet152:8 resnet152:1 densenet201:1"); PARTS="ab" skips the checks; TUNING_ROOT (default
-# docs/results/fusion/h200).
+# docs/results/fusion/h200). AGAIN="NET:BATCH ...": then those A/Bs once more on the calibration just made, as it is
+# (CALIBRATE=0: OUT/NET_bBATCH_again), e.g. after a change to how the runtime chooses from it (runtime/tuning.py).
 set -uo pipefail
 out=${1:?usage: tf32x3.sh OUT PHOTO_DIR BEFORE_TREE}; photos=${2:?PHOTO_DIR}; before=${3:?BEFORE_TREE}
 here=$(cd "$(dirname "$0")" && pwd); warp="$here/warp.sh"
@@ -24,4 +25,10 @@ for run in $RUNS; do
   NETS=$net BATCH=$b CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$out/${net}_b$b" "$photos" "$root/${tuning[$net]}" \
     "$before" 2>&1 | grep -v _warn_once > "$out/log_${net}_b$b.txt"
   grep -A6 '^| network' "$out/${net}_b$b/table.md"
+done
+for run in ${AGAIN:-}; do
+  net=${run%:*}; b=${run#*:}
+  NETS=$net BATCH=$b CALIBRATE=0 PARTS=ab bash "$warp" "$out/${net}_b${b}_again" "$photos" "$out/${net}_b$b" \
+    "$before" 2>&1 | grep -v _warn_once > "$out/log_${net}_b${b}_again.txt"
+  grep -A6 '^| network' "$out/${net}_b${b}_again/table.md"
 done
