@@ -620,7 +620,7 @@ def build_spec(spec: str | Path, gpu: str = "h100", batch: int | str | list[int]
             raise UserError(f"--clusters: {target.name} ({target.arch}) has no thread-block clusters (sm_90 and later)")
         target = dataclasses.replace(target, clusters=True)
     if tf32x3:  # the dense kernel's 3xTF32 tiles (codegen/dense.py): mma.sync on TF32, sm_80+
-        if tuple(target.compute_capability) < (8, 0):
+        if not target.has_tf32:
             raise UserError(f"--tf32x3: {target.name} ({target.arch}) has no TF32 tensor cores (sm_80 and later)")
         target = dataclasses.replace(target, tf32x3=True)
     # everything the plan and the sources depend on, so that a rebuild from the same inputs does nothing

@@ -69,6 +69,11 @@ class GPU:
         """Thread-block clusters and distributed shared memory (sm_90+)."""
         return tuple(self.compute_capability) >= (9, 0)
 
+    @property
+    def has_tf32(self) -> bool:
+        """TF32 tensor cores through mma.sync (sm_80+): the dense kernel's 3xTF32 tiles."""
+        return tuple(self.compute_capability) >= (8, 0)
+
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["compute_capability"] = list(self.compute_capability)

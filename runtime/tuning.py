@@ -159,9 +159,10 @@ def _choose(manifest: dict, choice: dict, shape, b: int, lk: str, measurements: 
         # a 3xTF32 tile (FP32's accuracy, not its rounding) only where it beats the FP32 kernels by the margin too:
         # DenseNet-201's near-ties on them bought nothing in the graph and moved its logits 5x further from float64
         fp32 = {n: m for n, m in ok.items() if not _mma(manifest, n)}
-        if _mma(manifest, best) and fp32 and ok[best]["sparse_us"] > ok[(f := fastest(fp32))]["sparse_us"] * \
-                (1 - TUNE_MARGIN):
-            best = f
+        if _mma(manifest, best) and fp32:
+            f = fastest(fp32)
+            if ok[best]["sparse_us"] > ok[f]["sparse_us"] * (1 - TUNE_MARGIN):
+                best = f
         choice["kernel"] = best
         choice["predicted_us"] = next(c["predicted_us"] for c in choice["candidates"] if c["kernel"] == best)
     elif choice.get("candidates"):  # tune=False: back to the model's pick
