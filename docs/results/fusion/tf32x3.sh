@@ -20,15 +20,10 @@ if [[ " $PARTS " == *" checks "* ]]; then
   NETS=resnet152 PARTS=checks CASES="dense or concat" SANITIZE=kns=x3 bash "$warp" "$out/checks" "$photos" \
     "$root/stem" "$before" 2>&1 | tail -3
 fi
-for run in $RUNS; do
-  net=${run%:*}; b=${run#*:}
-  NETS=$net BATCH=$b CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$out/${net}_b$b" "$photos" "$root/${tuning[$net]}" \
-    "$before" 2>&1 | grep -v _warn_once > "$out/log_${net}_b$b.txt"
-  grep -A6 '^| network' "$out/${net}_b$b/table.md"
-done
-for run in ${AGAIN:-}; do
-  net=${run%:*}; b=${run#*:}
-  NETS=$net BATCH=$b CALIBRATE=0 PARTS=ab bash "$warp" "$out/${net}_b${b}_again" "$photos" "$out/${net}_b$b" \
-    "$before" 2>&1 | grep -v _warn_once > "$out/log_${net}_b${b}_again.txt"
-  grep -A6 '^| network' "$out/${net}_b${b}_again/table.md"
-done
+ab() {  # NET BATCH DIR TUNING_DIR CALIBRATE: warp.sh's A/B into DIR (its output in DIR.log)
+  NETS=$1 BATCH=$2 CALIBRATE=$5 CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$3" "$photos" "$4" "$before" 2>&1 \
+    | grep -v _warn_once > "$3.log"
+  grep -A6 '^| network' "$3/table.md"
+}
+for run in $RUNS; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b$b" "$root/${tuning[$net]}" 1; done
+for run in ${AGAIN:-}; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b${b}_again" "$out/${net}_b$b" 0; done
