@@ -39,7 +39,7 @@ CANDIDATE_TILES = ((32, 64, 128, 2), (32, 128, 128, 1), (64, 128, 128, 2), (64, 
 # a block that takes the whole K range at batch 1 runs the most chunks: four stages measured 9-13 % faster than
 # three there, within 3 % either way where the K range is split (variants.*); the warp tiles, one warp a scheduler
 # waiting out each chunk's copies, take four too (DenseNet-201's replay 1.230 / 1.244 -> 1.222 / 1.223 ms,
-# docs/results/fusion/h200/deep)
+# docs/results/fusion/h200/deep, in git history at afc4fe0)
 DEEP_STAGES = 4
 # 32-channel tiles (8 threads along N): the only ones for 32 output channels (DenseNet's growth convs), and more
 # blocks where the wide tiles leave most SMs idle (a 7x7 map: 49 pixels); offered there only (narrow_wanted), at
@@ -54,7 +54,7 @@ SLICES = (1, 2, 4)
 # 4 channels along N) issue a shared load every few FFMAs, the two half-warps loading the same weights, at two warps
 # a scheduler: Nsight Compute puts short_scoreboard first among the stalls of DenseNet-201's 14x14 layers. Offered
 # at batch 1 (WARP_MAX_BATCH) where the K range is split at least WARP_MIN_SPLIT ways, so that a block runs a few
-# chunks (there the graph ran faster with them, docs/results/fusion/h200/warp): WARP_TILES where N allows,
+# chunks (there the graph ran faster with them, docs/results/fusion/h200/warp in git history at afc4fe0): WARP_TILES where N allows,
 # WARP_NARROW_TILES where the narrow tiles are (narrow_wanted). Unsplit, a block runs the whole K range at one warp a
 # scheduler, where the 128-thread tiles' second warp hides more of each chunk's wait.
 WARP_TILES = ((32, 64, 32, 4), (16, 128, 32, 4))

@@ -1,6 +1,6 @@
 #!/bin/bash
-# A change at batch 1 (to the dense FP32 and pair kernels: fusion/h200/warp, the warp tiles, codegen/dense.py
-# WARP_TILES; sums; deep; to the graph: transitions) in ResNet-152's and DenseNet-201's graphs: this checkout
+# A change at batch 1 (to the dense FP32 and pair kernels: the warp tiles, codegen/dense.py WARP_TILES; sums;
+# tf32x3, built with AFTER_BUILD; to the graph: transitions) in ResNet-152's and DenseNet-201's graphs: this checkout
 # (after) against BEFORE_TREE (before), in one call. Both sides start from the same calibration
 # (TUNING_DIR/NET_tuning.json.gz, re-keyed to each side's cubins by kernel name: rekey.py); after then measures what
 # that file lacks (its new kernels: snn-run calibrate) and tries the shared shapes' dense candidates in the graph
