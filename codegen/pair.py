@@ -108,10 +108,8 @@ def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
-    """Whether the slices' partial y tiles (the warps' fragments as one with mma), added before the push, fit over
-    the stages, the shift and the W2 share."""
-    return (cfg.slices == 1 and not cfg.mma) or cfg.slices * cfg.bm * (second.N + 4) <= \
-        stage_floats(cfg) + first.C + cfg.bn1 * (second.N + pad(cfg))
+    """Whether the slices' partial y tiles, added before the push, fit over the stages, the shift and the W2 share."""
+    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + cfg.bn1 * second.N
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:

@@ -114,9 +114,10 @@ def test_3xtf32_configs_only_where_asked_for_and_their_layout():
     # (the four partial x tiles over the stages outgrow them, padded or not: only the W2 share's rows grow)
     assert pair.stage_floats(cfg) == 4 * 32 * 68 > 2 * (32 * 36 + 32 * 72)
     assert pair.smem_bytes(*L3, cfg) == pair.smem_bytes(*L3, pair.PairConfig(32, 64, 128, 1, 2, True)) + 4 * 64 * 8
-    # the second conv's fragments meet as one tile before the push; both convs' products summed apart (per k8
-    # step, per 32 x channels) before they reach the FP32 sums
-    assert src.index("red2 + (i * 16 + gid)") < src.index("snn_ksum_push4(recv_s") and src.count("acc2[i][j][e] += part") == 1
+    # the second conv's fragments pushed from the registers, no partial tile in shared memory; both convs' products
+    # summed apart (per k8 step, per 32 x channels) before they reach the FP32 sums
+    assert "red2" not in src and src.index("__shfl_xor_sync(0xffffffffu, odd ? f[0] : f[2], 1)") < src.index(
+        "snn_ksum_push4(recv_s") and src.count("acc2[i][j][e] += part") == 1
     assert "acc[i][j][e] += part[e]" in src
     # a 512-channel second conv: 128 accumulators a thread, over the limit
     wide = (L3[0], one_by_one(1024, 512, 14))

@@ -21,7 +21,7 @@ declare -A tuning=([resnet152]=stem [densenet201]=transitions)
 export AFTER_BUILD=--tf32x3
 mkdir -p "$out"
 if [[ " $PARTS " == *" checks "* ]]; then
-  NETS=resnet152 PARTS=checks CASES="dense or concat or pair" SANITIZE=regex:x3_b bash "$warp" "$out/checks" \
+  NETS=resnet152 PARTS=checks CASES="dense or concat or pair" SANITIZE=kns=x3_b bash "$warp" "$out/checks" \
     "$photos" "$root/stem" "$before" 2>&1 | tail -3
 fi
 if [[ " $PARTS " == *" phases "* ]]; then
@@ -34,5 +34,7 @@ ab() {  # NET BATCH DIR TUNING_DIR CALIBRATE: warp.sh's A/B into DIR (its output
     | grep -v _warn_once > "$3.log"
   grep -A6 '^| network' "$3/table.md"
 }
-for run in $RUNS; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b$b" "$root/${tuning[$net]}" 1; done
+if [[ " $PARTS " == *" ab "* ]]; then
+  for run in $RUNS; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b$b" "$root/${tuning[$net]}" 1; done
+fi
 for run in ${AGAIN:-}; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b${b}_again" "$out/${net}_b$b" 0; done
