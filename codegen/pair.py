@@ -135,9 +135,11 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
     if cfg.mma and (cfg.threads != 128 or cfg.slices != 1 or cfg.warp_k or cfg.tx2 != TX or cfg.bm % 16
-                    or cfg.bn1 % 8 or second.N % 32 or cfg.bm * max(cfg.bn1, second.N // 4) // 32 > ACCUMULATORS):
-        raise ValueError(f"{cfg.tag()}: the mma tile takes one slice of 128 threads, 16-pixel fragments and "
-                         f"{ACCUMULATORS} accumulators a thread a conv at most ({second.N} y channels)")
+                    or cfg.bn1 % 8 or second.N % 32 or cfg.bm * max(cfg.bn1, second.N // 4) // 32 > ACCUMULATORS
+                    or (second.N // 4) % (first.N // cfg.bn1)):
+        raise ValueError(f"{cfg.tag()}: the mma tile takes one slice of 128 threads, 16-pixel fragments, "
+                         f"{ACCUMULATORS} accumulators a thread a conv at most and whole float4 columns of y a "
+                         f"block ({second.N} y channels)")
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
                          f"and the W2 share")

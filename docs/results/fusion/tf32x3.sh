@@ -7,7 +7,10 @@
 #   cycles, the 3xTF32 one among them: OUT/phases);
 # - ab: warp.sh's A/B per RUNS entry NET:BATCH (OUT/NET_bBATCH), both sides from the calibration in TUNING_ROOT/NET's
 #   folder (resnet152: stem/, densenet201: transitions/), the after side measuring its new kernels and redoing the
-#   in-graph step.
+#   in-graph step;
+# - pairs: the pair kernel's 3xTF32 config in ResNet-152's batch-1 graph: this tree against PAIRS_BEFORE (a tree
+#   whose pair kernels have no such config), both built with --tf32x3, on one calibration as it is (PAIRS_TUNING,
+#   default OUT/resnet152_b1: ab's), so that only the pair kernels timed at load differ (OUT/resnet152_b1_pairs).
 #   bash docs/results/fusion/tf32x3.sh OUT PHOTO_DIR BEFORE_TREE
 # RUNS (default "resnet152:8 resnet152:1 densenet201:1"); TUNING_ROOT (default docs/results/fusion/h200).
 # AGAIN="NET:BATCH ...": then those A/Bs once more on the calibration just made, as it is (CALIBRATE=0:
@@ -36,5 +39,11 @@ ab() {  # NET BATCH DIR TUNING_DIR CALIBRATE: warp.sh's A/B into DIR (its output
 }
 if [[ " $PARTS " == *" ab "* ]]; then
   for run in $RUNS; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b$b" "$root/${tuning[$net]}" 1; done
+fi
+if [[ " $PARTS " == *" pairs "* ]]; then
+  NETS=resnet152 BATCH=1 CALIBRATE=0 BEFORE_BUILD=--tf32x3 PARTS=ab bash "$warp" "$out/resnet152_b1_pairs" "$photos" \
+    "${PAIRS_TUNING:-$out/resnet152_b1}" "${PAIRS_BEFORE:?PAIRS_BEFORE: a tree without the x3 pair config}" \
+    2>&1 | grep -v _warn_once > "$out/resnet152_b1_pairs.log"
+  grep -A6 '^| network' "$out/resnet152_b1_pairs/table.md"
 fi
 for run in ${AGAIN:-}; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b${b}_again" "$out/${net}_b$b" 0; done
