@@ -504,14 +504,13 @@ def _pair_candidates(stages, gpu, net, plans, wanted, emitted) -> dict:
     if pair is None:
         return out
     clusters = bool(getattr(gpu, "has_clusters", False))
-    mma = bool(getattr(gpu, "tf32x3", False))      # `--tf32x3`: the 3xTF32 configs too
     planned = _planned_layers(plans)
     for a, b2 in net.conv_pairs:
         if a.index not in planned or b2.index not in planned:
             continue
         for b in plans:
             names = []
-            for cfg in pair.candidates(a.shape, b2.shape, b, clusters, mma):
+            for cfg in pair.candidates(a.shape, b2.shape, b, clusters):
                 name = cfg.name(a.shape, b2.shape, b)
                 if name not in emitted:
                     emitted[name] = pair.emitted(a.shape, b2.shape, b, cfg)

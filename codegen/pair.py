@@ -35,10 +35,6 @@ MAX_BATCH = 1
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX))
-# `snn-codegen build --tf32x3`: both convs' products on the tensor cores in 3xTF32 (as dense.MMA_TILES), offered
-# beside CANDIDATES; the first conv's K split over the warps (one k8 step of each chunk a warp), the second's N
-MMA_CANDIDATES = ((32, 64, 128, 1, 2, False, TX, True),)
-PAD = 8              # floats a weight row is padded by for the mma tiles: their B fragments' loads conflict-free
 
 
 @dataclass(frozen=True, order=True)
@@ -52,19 +48,16 @@ class PairConfig:
     # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
-    # both convs' products in 3xTF32 on the tensor cores: each warp the first's whole x tile over one k8 step of
-    # every chunk, and the second's BM pixels over a quarter of its N2 channels
-    mma: bool = False
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
             f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
-            f"x{self.tx2}" if self.tx2 != TX else "") + ("x3" if self.mma else "")
+            f"x{self.tx2}" if self.tx2 != TX else "")
 
     @property
     def kg1(self) -> int:
         """The first conv's thread groups, each the whole x tile over its share of a chunk's channels."""
-        return self.block_threads // 32 if self.warp_k or self.mma else self.slices
+        return self.block_threads // 32 if self.warp_k else self.slices
 
     @property
     def tx1(self) -> int:
@@ -91,20 +84,16 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
             and first.C % BK == 0 and second.N % (4 * TX) == 0)
 
 
-def pad(cfg: PairConfig) -> int:
-    return PAD if cfg.mma else 0
-
-
 def stage_floats(cfg: PairConfig) -> int:
     """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
-    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * (cfg.bn1 + pad(cfg)), cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
+    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
 def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
     """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return stage_floats(cfg) + first.C + cfg.bn1 * (second.N + pad(cfg)) + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
@@ -134,12 +123,6 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
-    if cfg.mma and (cfg.threads != 128 or cfg.slices != 1 or cfg.warp_k or cfg.tx2 != TX or cfg.bm % 16
-                    or cfg.bn1 % 8 or second.N % 32 or cfg.bm * max(cfg.bn1, second.N // 4) // 32 > ACCUMULATORS
-                    or (second.N // 4) % (first.N // cfg.bn1)):
-        raise ValueError(f"{cfg.tag()}: the mma tile takes one slice of 128 threads, 16-pixel fragments, "
-                         f"{ACCUMULATORS} accumulators a thread a conv at most and whole float4 columns of y a "
-                         f"block ({second.N} y channels)")
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
                          f"and the W2 share")
@@ -151,14 +134,12 @@ def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
     return [math.ceil(batch * first.H * first.W / cfg.bm), 1, first.N // cfg.bn1]
 
 
-def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True,
-               mma: bool = False) -> list[PairConfig]:
-    """The configs of CANDIDATES (and MMA_CANDIDATES where `mma`: `--tf32x3`) that fit the pair, at batches up to
-    MAX_BATCH on GPUs with clusters."""
+def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True) -> list[PairConfig]:
+    """The configs of CANDIDATES that fit the pair, at batches up to MAX_BATCH on GPUs with clusters."""
     if batch > MAX_BATCH or not clusters or not eligible(first, second):
         return []
     out = []
-    for fields in CANDIDATES + (MMA_CANDIDATES if mma else ()):
+    for fields in CANDIDATES:
         cfg = PairConfig(*fields)
         try:
             check(first, second, cfg)
@@ -190,5 +171,5 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
          "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
-         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg), "MMA": cfg.mma, "PAD": pad(cfg)}
+         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

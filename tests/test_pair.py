@@ -100,32 +100,6 @@ def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():
     assert "it == NK1 / 2 && tid == 0" in src[loop:copy + 1]
 
 
-def test_3xtf32_configs_only_where_asked_for_and_their_layout():
-    plain, x3 = pair.candidates(*L3, 1), pair.candidates(*L3, 1, mma=True)
-    assert not any(c.mma for c in plain) and [c for c in x3 if not c.mma] == plain
-    (cfg,) = [c for c in x3 if c.mma]
-    k = pair.emitted(*L3, 1, cfg)
-    assert cfg.tag() == "m32n64t128s1p2x3" and k.name.endswith("_m32n64t128s1p2x3_b1") and cfg.kg1 == 4
-    src = k.source
-    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in src and "fmaf(" not in src
-    # the weight rows padded in shared memory: W1's stages and the W2 share, which lands a row a bulk copy
-    assert "#define LDB1 (BN1 + 8)" in src and "#define LDW2 (N2 + 8)" in src and "#define OFF_X (OFF_W2 + BN1 * LDW2)" in src
-    assert "W2s + r * LDW2" in src and "weight2 + (size_t)n1 * N2" not in src
-    # (the four partial x tiles over the stages outgrow them, padded or not: only the W2 share's rows grow)
-    assert pair.stage_floats(cfg) == 4 * 32 * 68 > 2 * (32 * 36 + 32 * 72)
-    assert pair.smem_bytes(*L3, cfg) == pair.smem_bytes(*L3, pair.PairConfig(32, 64, 128, 1, 2, True)) + 4 * 64 * 8
-    # the second conv's fragments pushed from the registers, no partial tile in shared memory; both convs' products
-    # summed apart (per k8 step, per 32 x channels) before they reach the FP32 sums
-    assert "red2" not in src and src.index("__shfl_xor_sync(0xffffffffu, odd ? f[0] : f[2], 1)") < src.index(
-        "snn_ksum_push4(recv_s") and src.count("acc2[i][j][e] += part") == 1
-    assert "acc[i][j][e] += part[e]" in src
-    # a 512-channel second conv: 128 accumulators a thread, over the limit
-    wide = (L3[0], one_by_one(1024, 512, 14))
-    assert pair.eligible(*wide) and not any(c.mma for c in pair.candidates(*wide, 1, mma=True))
-    with pytest.raises(ValueError, match="one slice of 128 threads"):
-        pair.render(*L3, 1, pair.PairConfig(32, 64, 128, 2, 2, mma=True))
-
-
 def test_resnet_pairs_are_each_blocks_last_conv_and_the_next_blocks_first():
     net = load_spec(ROOT / "network_specs" / "resnet50.yaml")
     assert len(net.conv_pairs) == 47   # 16 blocks: conv1 -> conv2 -> conv3 in each, then the next block's conv1

@@ -1,16 +1,10 @@
 #!/bin/bash
-# The 3xTF32 kernels (snn-codegen build --tf32x3: the dense kernel's tiles, the pair kernel's config) against this
-# tree's FFMA-only bundle (BEFORE_TREE, the same commit or an earlier one). Parts (PARTS, default "checks phases ab"):
-# - checks: warp.sh's checks on the dense, concat and pair kernels' cases (float64; memcheck on the x3 kernels:
-#   OUT/checks);
-# - phases: pair_phases.py (layer 3's chain of a 3x3 and a pair kernel, each pair config's time and its phases'
-#   cycles, the 3xTF32 one among them: OUT/phases);
+# The dense kernel's 3xTF32 tiles (snn-codegen build --tf32x3) against this tree's FFMA-only bundle (BEFORE_TREE, the
+# same commit or an earlier one). Parts (PARTS, default "checks ab"):
+# - checks: warp.sh's checks on the tiles' cases (float64; memcheck on the x3 kernels: OUT/checks);
 # - ab: warp.sh's A/B per RUNS entry NET:BATCH (OUT/NET_bBATCH), both sides from the calibration in TUNING_ROOT/NET's
 #   folder (resnet152: stem/, densenet201: transitions/), the after side measuring its new kernels and redoing the
-#   in-graph step;
-# - pairs: the pair kernel's 3xTF32 config in ResNet-152's batch-1 graph: this tree against PAIRS_BEFORE (a tree
-#   whose pair kernels have no such config), both built with --tf32x3, on one calibration as it is (PAIRS_TUNING,
-#   default OUT/resnet152_b1: ab's), so that only the pair kernels timed at load differ (OUT/resnet152_b1_pairs).
+#   in-graph step.
 #   bash docs/results/fusion/tf32x3.sh OUT PHOTO_DIR BEFORE_TREE
 # RUNS (default "resnet152:8 resnet152:1 densenet201:1"); TUNING_ROOT (default docs/results/fusion/h200).
 # AGAIN="NET:BATCH ...": then those A/Bs once more on the calibration just made, as it is (CALIBRATE=0:
@@ -18,19 +12,14 @@
 set -uo pipefail
 out=$(realpath -m "${1:?usage: tf32x3.sh OUT PHOTO_DIR BEFORE_TREE}"); photos=${2:?PHOTO_DIR}; before=${3:?BEFORE_TREE}
 here=$(cd "$(dirname "$0")" && pwd); warp="$here/warp.sh"
-RUNS=${RUNS:-resnet152:8 resnet152:1 densenet201:1}; PARTS=${PARTS:-checks phases ab}
+RUNS=${RUNS:-resnet152:8 resnet152:1 densenet201:1}; PARTS=${PARTS:-checks ab}
 root=${TUNING_ROOT:-$here/h200}
 declare -A tuning=([resnet152]=stem [densenet201]=transitions)
 export AFTER_BUILD=--tf32x3
 mkdir -p "$out"
 if [[ " $PARTS " == *" checks "* ]]; then
-  NETS=resnet152 PARTS=checks CASES="dense or concat or pair" SANITIZE=kns=x3_b bash "$warp" "$out/checks" \
+  NETS=resnet152 PARTS=checks CASES="dense or concat" SANITIZE=kns=x3 bash "$warp" "$out/checks" \
     "$photos" "$root/stem" "$before" 2>&1 | tail -3
-fi
-if [[ " $PARTS " == *" phases "* ]]; then
-  mkdir -p "$out/phases"
-  (cd "$here/../../.." && . docs/results/env.sh && timeout 200 python3 "$here/pair_phases.py" "$out/phases" > "$out/phases/phases.log" 2>&1)
-  echo "phases exit code: $?"; tail -7 "$out/phases/phases.log"
 fi
 ab() {  # NET BATCH DIR TUNING_DIR CALIBRATE: warp.sh's A/B into DIR (its output in DIR.log)
   NETS=$1 BATCH=$2 CALIBRATE=$5 CAL_TIMEOUT=250 PARTS=ab bash "$warp" "$3" "$photos" "$4" "$before" 2>&1 \
@@ -39,11 +28,5 @@ ab() {  # NET BATCH DIR TUNING_DIR CALIBRATE: warp.sh's A/B into DIR (its output
 }
 if [[ " $PARTS " == *" ab "* ]]; then
   for run in $RUNS; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b$b" "$root/${tuning[$net]}" 1; done
-fi
-if [[ " $PARTS " == *" pairs "* ]]; then
-  NETS=resnet152 BATCH=1 CALIBRATE=0 BEFORE_BUILD=--tf32x3 PARTS=ab bash "$warp" "$out/resnet152_b1_pairs" "$photos" \
-    "${PAIRS_TUNING:-$out/resnet152_b1}" "${PAIRS_BEFORE:?PAIRS_BEFORE: a tree without the x3 pair config}" \
-    2>&1 | grep -v _warn_once > "$out/resnet152_b1_pairs.log"
-  grep -A6 '^| network' "$out/resnet152_b1_pairs/table.md"
 fi
 for run in ${AGAIN:-}; do net=${run%:*}; b=${run#*:}; ab "$net" "$b" "$out/${net}_b${b}_again" "$out/${net}_b$b" 0; done

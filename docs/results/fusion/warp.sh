@@ -27,7 +27,6 @@ CASES=${CASES:-dense or concat}   # the checks' kernel cases (pytest -k)
 CAL_TIMEOUT=${CAL_TIMEOUT:-300}    # seconds calibrate may take (new kernels to measure, a new graph step)
 BATCH=${BATCH:-1}                  # the batch built, calibrated and replayed (ncu: 1 only)
 AFTER_BUILD=${AFTER_BUILD:-}       # more snn-codegen build options for the after side (e.g. --tf32x3)
-BEFORE_BUILD=${BEFORE_BUILD:-}     # and for the before side
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
 mkdir -p "$out"
@@ -35,7 +34,7 @@ for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
   [ "$tree" = "$after" ] && env_report > "$out/env.txt"
   for net in $NETS; do
-    snn-codegen build "$net" --gpu "$GPU" --batch "$BATCH" -j 16 $([ "$tree" = "$after" ] && echo $AFTER_BUILD || echo $BEFORE_BUILD) 2>&1 | tail -1
+    snn-codegen build "$net" --gpu "$GPU" --batch "$BATCH" -j 16 $([ "$tree" = "$after" ] && echo $AFTER_BUILD) 2>&1 | tail -1
     tin="$tdir/${net}_tuning.json.gz"; [ -f "$tin" ] || tin="$tdir/after_${net}_tuning.json.gz"   # a warp.sh output
     python3 "$here/rekey.py" "generated/$net/$GPU/manifest.json" "$tin" \
       "generated/$net/$GPU/tuning.json" $([ "$tree" = "$after" ] && [ "$CALIBRATE$REGRAPH" = 11 ] && echo --drop-graph "$BATCH") \
@@ -67,7 +66,7 @@ if [[ " $PARTS " == *" ab "* ]]; then
   mine="plus its own new kernels' and a new graph step's"; [ "$REGRAPH" = 1 ] || mine="plus its own new kernels' and shapes'"
   [ "$CALIBRATE" = 1 ] || mine="as it is"
   echo "after: this checkout (${SNN_GIT_COMMIT:-$(tree_commit "$after")})${AFTER_BUILD:+ built with $AFTER_BUILD} on $(basename "$tdir")'s calibration $mine;" \
-       "before: $(tree_commit "$before")${BEFORE_BUILD:+ built with $BEFORE_BUILD} on $(basename "$tdir")'s." > "$out/sides.txt"
+       "before: $(tree_commit "$before") on $(basename "$tdir")'s." > "$out/sides.txt"
   for net in $NETS; do
     bd after "$after" $net; bd before "$before" $net; bd before2 "$before" $net; bd after2 "$after" $net
   done
