@@ -1,11 +1,13 @@
 #!/bin/bash
 # Two 1x1 convs in one launch (codegen/pair.py, runtime/pairs.py) in ResNet-152's graph at batch 1. Parts (PARTS,
-# default "checks probe ab"):
+# default "checks probe phases ncu ab"):
 # - checks: the pair kernels against float64 (the template's cases and every kernel of the bundle) and under
 #   compute-sanitizer memcheck;
 # - probe: pair_probe.py (each pair config against the two dense kernels, batch 1 and 8, ten pairs back to back in a
-#   CUDA graph), pair_phases.py (layer 3's chain of a 3x3 and a pair kernel: each candidate's time and its phases'
-#   cycles) and Nsight Compute's counts of the same kernels (shared-memory wavefronts, instructions: ncu.csv);
+#   CUDA graph);
+# - phases: pair_phases.py (layer 3's chain of a 3x3 and a pair kernel: each of its configs' time and its phases'
+#   cycles);
+# - ncu: Nsight Compute's counts of the same kernels (shared-memory wavefronts, instructions: ncu.csv);
 # - loop: pair_phases.py's variants (the network's layer-3 pair with parts of its first conv's loop left out: what the
 #   loop's time is made of; variants.log, variants.json);
 # - ab: breakdown.py in both orders (after, before, before2, after2), pair_table.py's table (table.md) and table.py's
@@ -21,7 +23,7 @@ set -uo pipefail
 out=$(realpath -m "${1:?usage: pair.sh OUT PHOTO_DIR R152_TUNING [BEFORE_TREE]}"); photos=$(realpath "${2:?PHOTO_DIR}")
 tuning=$(realpath "${3:?R152_TUNING}"); before=${4:+$(realpath "$4")}
 here=$(cd "$(dirname "$0")" && pwd); after=$(cd "$here/../../.." && pwd)
-PARTS=${PARTS:-checks probe ab}
+PARTS=${PARTS:-checks probe phases ncu ab}
 mkdir -p "$out"
 for tree in "$after" $before; do (
   cd "$tree" && . docs/results/env.sh
@@ -40,8 +42,12 @@ if [[ " $PARTS " == *" checks "* ]]; then
 fi
 if [[ " $PARTS " == *" probe "* ]]; then
   timeout 300 python3 "$here/pair_probe.py" "$out/probe.json" > "$out/probe.log" 2>&1; echo "probe exit code: $?"
+fi
+if [[ " $PARTS " == *" phases "* ]]; then
   timeout 200 python3 "$here/pair_phases.py" "$out" > "$out/phases.log" 2>&1; echo "phases exit code: $?"
-  tail -8 "$out/phases.log"
+  tail -10 "$out/phases.log"
+fi
+if [[ " $PARTS " == *" ncu "* ]]; then
   metrics=l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,sm__sass_inst_executed_op_shared_ld.sum,smsp__inst_executed.sum,gpu__time_duration.sum
   rm -f "$out/ncu.csv"
   for tag in $(python3 -c "import sys; sys.path.insert(0, '$here'); import pair_phases as p; print(*[c.tag() for c in p.CONFIGS])"); do
