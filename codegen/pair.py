@@ -34,8 +34,7 @@ MAX_BATCH = 1
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX), (32, 64, 128, 1, STAGES, True, TX, True),
-              (32, 64, 128, 1, STAGES, True, 2 * TX, True))
+              (32, 64, 128, 1, 2, True, 2 * TX))
 
 
 @dataclass(frozen=True, order=True)
@@ -49,14 +48,11 @@ class PairConfig:
     # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
-    # the block's whole W1 share and the tile's whole input in shared memory (stages unused): the weights requested
-    # before the programmatic wait, the first conv's loop without a copy or a barrier a chunk
-    resident: bool = False
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
             f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
-            f"x{self.tx2}" if self.tx2 != TX else "") + ("r" if self.resident else "")
+            f"x{self.tx2}" if self.tx2 != TX else "")
 
     @property
     def kg1(self) -> int:
@@ -88,11 +84,8 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
             and first.C % BK == 0 and second.N % (4 * TX) == 0)
 
 
-def stage_floats(first: ConvShape, cfg: PairConfig) -> int:
-    """The stages (resident: the input tile and the W1 share), which the first conv's groups' x partials overwrite
-    afterwards: the larger of the two."""
-    if cfg.resident:
-        return max(cfg.bm * (first.C + 4) + first.C * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
+def stage_floats(cfg: PairConfig) -> int:
+    """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
     return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
@@ -100,12 +93,12 @@ def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
     """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return stage_floats(first, cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
     """Whether the slices' partial y tiles, added before the push, fit over the stages, the shift and the W2 share."""
-    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(first, cfg) + first.C + cfg.bn1 * second.N
+    return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + cfg.bn1 * second.N
 
 
 def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -178,6 +171,5 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
          "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
-         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(first, cfg),
-         "RESIDENT": cfg.resident}
+         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

@@ -205,7 +205,7 @@ def pair_cases() -> list[tuple]:
     non-portable, and 8),
     28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
     pipeline, the first conv's K split over the warps (with one or two slices) and the second's 32 threads along N,
-    the W1 share and the input tile resident, ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
+    ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
     def s(c, n, h, w):
         return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
     cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64)),
@@ -220,13 +220,7 @@ def pair_cases() -> list[tuple]:
              (s(64, 256, 56, 56), s(256, 64, 56, 56), pair.PairConfig(32, 64, 128, 2, 2, True)),
              (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 128, 1, 2, True, 32)),
              # two slices, the second's 32 threads along N (its slices' partials added before the cluster's sum)
-             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 2, 2, False, 32)),
-             # the W1 share and the input tile resident (pair.PairConfig.resident): one and two slices, ragged M
-             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 1, 3, True, 32, True)),
-             (s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(32, 64, 128, 1, 3, True, 16, True)),
-             (s(64, 256, 56, 56), s(256, 64, 56, 56), pair.PairConfig(32, 64, 128, 1, 3, True, 16, True)),
-             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 128, 1, 3, True, 32, True)),
-             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 2, 3, False, 16, True))]
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 2, 2, False, 32))]
     return [(pair.emitted(a, b, batch, cfg), a, b, batch) for a, b, cfg in cases for batch in (1, 3)]
 
 

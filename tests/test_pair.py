@@ -82,7 +82,7 @@ def test_the_first_convs_k_split_over_the_warps_and_the_seconds_32_threads_along
     assert "#define KG1 4 " in k.source and "#define TX1 8 " in k.source and "#define TX 32 " in k.source
     assert (cfg.kg1, cfg.tx1) == (4, 8) and (pair.PairConfig(32, 64).kg1, pair.PairConfig(32, 64).tx1) == (2, 16)
     # the four partial x tiles (4 x 32 x 68 floats) outgrow two stages (2 x (32 x 36 + 32 x 64)): the shift goes past them
-    assert pair.stage_floats(L3[0], cfg) == 4 * 32 * 68 and "#define OFF_SH 8704 " in k.source
+    assert pair.stage_floats(cfg) == 4 * 32 * 68 and "#define OFF_SH 8704 " in k.source
     assert pair.smem_bytes(*L3, cfg) == pair.smem_bytes(*L3, pair.PairConfig(32, 64, 128, 1, 2)) + 4 * (8704 - 6400)
     plain = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 3))
     # three stages (3 x 3200 floats) hold the one group's partial tile: the shift follows them
@@ -98,26 +98,6 @@ def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():
     loop, copy = src.index("for (int it = 0; it < NK1; ++it)"), src.index("cp.async.bulk.shared::cluster.global")
     assert src.count("cp.async.bulk.shared::cluster.global") == 1 and loop < copy < src.index("// x: the groups'")
     assert "it == NK1 / 2 && tid == 0" in src[loop:copy + 1]
-
-
-def test_resident_configs_request_the_weights_before_the_wait_and_stage_the_input_whole():
-    cfg = pair.PairConfig(32, 64, 128, 1, pair.STAGES, True, 32, True)
-    assert cfg.tag() == "m32n64t128s1wx32r" and cfg in pair.candidates(*L3, 1)
-    src = pair.emitted(*L3, 1, cfg).source
-    w1 = src.index("Bs + r * BN1")                   # W1's share, a row a bulk copy
-    w2 = src.index("weight2 + (size_t)n1 * N2")
-    wait = src.index("griddepcontrol.wait")
-    a = src.index("As + r * LDAR")                   # the tile's input rows
-    loop = src.index("for (int it = 0; it < NK1; ++it)")
-    assert w1 < w2 < wait < a < loop and "load_a" not in src and "snn_cp_wait<STAGES - 2>" not in src
-    body = src[loop:src.index("// x: the groups' partial tiles")]
-    assert "__syncthreads" not in body and "w1_bar[it]" in body      # no barrier a chunk: one mbarrier wait
-    # the input tile (32 x 260 floats) and the W1 share (256 x 64) where the stages were; the groups' partials after
-    assert pair.stage_floats(L3[0], cfg) == 32 * 260 + 256 * 64 and "#define LDAR (C1 + 4)" in src
-    assert pair.smem_bytes(*L3, cfg) <= SMEM_LIMIT
-    # a 512-channel second conv's W2 share (128 KB) leaves no room for it
-    wide = (L3[0], one_by_one(1024, 512, 14))
-    assert pair.eligible(*wide) and not any(c.resident for c in pair.candidates(*wide, 1))
 
 
 def test_resnet_pairs_are_each_blocks_last_conv_and_the_next_blocks_first():
