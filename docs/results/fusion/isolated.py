@@ -23,7 +23,8 @@ STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
 METRICS = ["gpu__time_duration.sum", "launch__grid_size", "launch__block_size", "launch__registers_per_thread",
            "sm__warps_active.avg.pct_of_peak_sustained_active", "smsp__issue_active.avg.pct_of_peak_sustained_active",
            "sm__cycles_active.avg", "gpc__cycles_elapsed.max", "dram__bytes_read.sum", "lts__t_bytes.sum",
-           "smsp__inst_executed.sum"] + [STALL.format(s) for s in STALLS]
+           "smsp__inst_executed.sum", "l1tex__m_xbar2l1tex_read_bytes.sum",
+           "lts__throughput.avg.pct_of_peak_sustained_elapsed"] + [STALL.format(s) for s in STALLS]
 
 
 def rows(path):
@@ -61,7 +62,7 @@ def main():
     for k, (n, us) in sorted(kinds.items(), key=lambda a: -a[1][1]):
         print(f"| {k} | {n} | {us / 1e3:.3f} |")
     print("\n| kernel | n | us each | sum us | grid | block | regs | occ % | issue % | cycles active | "
-          "DRAM MB | top stalls (cycles per issue) |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "DRAM MB | L2 -> SM MB | L2 % | top stalls (cycles per issue) |\n|" + "---|" * 14)
     order = sorted(by.items(), key=lambda a: -sum(num(x, "gpu__time_duration.sum") for x in a[1]))
     for name, xs in order:
         n = len(xs)
@@ -76,7 +77,9 @@ def main():
               f"{mean('launch__block_size'):.0f} | {mean('launch__registers_per_thread'):.0f} | "
               f"{mean('sm__warps_active.avg.pct_of_peak_sustained_active'):.0f} | "
               f"{mean('smsp__issue_active.avg.pct_of_peak_sustained_active'):.0f} | "
-              f"{mean('sm__cycles_active.avg'):.0f} | {mean('dram__bytes_read.sum') / 1e6:.2f} | {st} |")
+              f"{mean('sm__cycles_active.avg'):.0f} | {mean('dram__bytes_read.sum') / 1e6:.2f} | "
+              f"{mean('l1tex__m_xbar2l1tex_read_bytes.sum') / 1e6:.2f} | "
+              f"{mean('lts__throughput.avg.pct_of_peak_sustained_elapsed'):.0f} | {st} |")
 
 
 if __name__ == "__main__":

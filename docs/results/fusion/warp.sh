@@ -15,6 +15,7 @@
 #   orders (after, before, before2, after2) and table.py's table (table.md: per kernel kind and conv shape);
 # - ncu (after ab): Nsight Compute on DenseNet-201's 14x14 dense kernels in the graph, one at a time, each side on its
 #   calibration (isolated.py: isolated_SIDE_densenet201_b1.md, the raw .csv.gz): the stalls the warp tiles address.
+#   NCU_NET, NCU_KERNELS (an ncu --kernel-name filter) and NCU_SIDES (default "before after") profile others.
 #   bash docs/results/fusion/warp.sh OUT PHOTO_DIR TUNING_DIR BEFORE_TREE
 # BEFORE_TREE: git worktree add DIR COMMIT (or a copy of that commit's tree with a file .commit naming it).
 # SNN_CACHE_DIR: a compiler cache filled on a CPU machine with the same builds (all hits here).
@@ -29,6 +30,8 @@ BATCH=${BATCH:-1}                  # the batch built, calibrated and replayed (n
 AFTER_BUILD=${AFTER_BUILD:-}       # more snn-codegen build options for the after side (e.g. --tf32x3)
 SANITIZE=${SANITIZE-kns=t32s}      # the kernels memcheck looks at (compute-sanitizer --kernel-name; empty: all)
 REMEASURE=${REMEASURE:-}           # after's kernels (a regex) calibrate measures again: their code changed (rekey.py)
+NCU_NET=${NCU_NET:-densenet201}; NCU_SIDES=${NCU_SIDES:-before after}
+NCU_KERNELS=${NCU_KERNELS:-regex:dconv_r1s1.*h14w14|dconv_r3s3.*h14w14}
 mkdir -p "$out"
 for tree in "$after" "$before"; do (
   cd "$tree" && . docs/results/env.sh
@@ -75,15 +78,15 @@ if [[ " $PARTS " == *" ab "* ]]; then
   grep -B2 -A7 "^| network" "$out/table.md"
 fi
 if [[ " $PARTS " == *" ncu "* ]]; then
-  for side in before after; do (
+  for side in $NCU_SIDES; do (
     tree=$after; [ $side = before ] && tree=$before
     cd "$tree" && . docs/results/env.sh
-    timeout 200 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
-      --kernel-name regex:"dconv_r1s1.*h14w14|dconv_r3s3.*h14w14" --metrics "$(python3 "$here/isolated.py" --metrics)" \
-      --csv --page raw python3 "$here/breakdown.py" densenet201 1 "$photos" --profile-one \
-      > "$out/isolated_${side}_densenet201_b1.csv"
-    python3 "$here/isolated.py" "$out/isolated_${side}_densenet201_b1.csv" > "$out/isolated_${side}_densenet201_b1.md"
-    gzip -f "$out/isolated_${side}_densenet201_b1.csv"
-    echo "$side: $(head -1 "$out/isolated_${side}_densenet201_b1.md")"
+    iso="$out/isolated_${side}_${NCU_NET}_b1"
+    timeout 400 ncu --profile-from-start off --graph-profiling node --cache-control none --clock-control none \
+      --kernel-name "$NCU_KERNELS" --metrics "$(python3 "$here/isolated.py" --metrics)" \
+      --csv --page raw python3 "$here/breakdown.py" "$NCU_NET" 1 "$photos" --profile-one > "$iso.csv"
+    python3 "$here/isolated.py" "$iso.csv" > "$iso.md"
+    gzip -f "$iso.csv"
+    echo "$side: $(head -1 "$iso.md")"
   ) done
 fi
