@@ -308,7 +308,7 @@ def test_mma_tiles_put_the_products_on_the_tensor_cores_in_three_tf32_parts():
     # a chunk's products go into zeroed fragments, added to the accumulators in FP32 after it: an mma truncates
     # what it adds, and over a whole K that took the tiles ~10x further from cuDNN FP32 than the FFMA ones
     assert "snn_mma3(part[i][j]" in src and "snn_mma3(acc" not in src
-    assert re.search(r"float part\[MT\]\[NT\]\[4\];(.|\n)*acc\[i\]\[j\]\[e\] \+= part\[i\]\[j\]\[e\];", src)
+    assert re.search(r"float part\[MT\]\[NT\]\[4\] = \{\};(.|\n)*acc\[i\]\[j\]\[e\] \+= part\[i\]\[j\]\[e\];", src)
     for define in (r"LDB \(BN \+ 8\)", r"MT \(BM / 16\)", r"NT \(BN / 32\)", r"RED \(SLICES \* BM \* LDR\)"):
         assert re.search(rf"#define {define}", src), define
     assert "fmaf(v, b[j].x" not in src and "snn_ksum_push4(recv_s" in src and "red + (slice * BM + i * 16 + gid)" in src
