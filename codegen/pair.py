@@ -34,7 +34,10 @@ MAX_BATCH = 1
 # and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
-              (32, 64, 128, 1, 2, True, 2 * TX))
+              (32, 64, 128, 1, 2, True, 2 * TX),
+              (32, 64, 128, 2, 2, True, TX, 4), (32, 64, 128, 2, 2, True, 2 * TX, 4),
+              (32, 64, 256, 1, 2, True, TX, 4), (32, 64, 256, 1, 2, True, 2 * TX, 4),
+              (32, 64, 256, 2, 2, True, 2 * TX, 4))
 
 
 @dataclass(frozen=True, order=True)
@@ -48,16 +51,20 @@ class PairConfig:
     # share of every chunk's channels (False: over the slices, 4 channels a thread, as the second conv)
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
+    # the first conv's thread groups where not the default (one a warp with warp_k, else one a slice): with warp_k
+    # and two slices, 4 groups of two warps each hold half the accumulators of a warp-sized group, so a block has
+    # two warps a scheduler without spilling (64 accumulators a thread over 8 warps did)
+    kg: int = 0
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
             f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
-            f"x{self.tx2}" if self.tx2 != TX else "")
+            f"x{self.tx2}" if self.tx2 != TX else "") + (f"k{self.kg}" if self.kg else "")
 
     @property
     def kg1(self) -> int:
         """The first conv's thread groups, each the whole x tile over its share of a chunk's channels."""
-        return self.block_threads // 32 if self.warp_k else self.slices
+        return self.kg or (self.block_threads // 32 if self.warp_k else self.slices)
 
     @property
     def tx1(self) -> int:
@@ -116,9 +123,11 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
         raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
     if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (BK // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
         raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
-    kps = BK // cfg.kg1
-    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (32 // TX1) or cfg.bm * cfg.bn1 // 32 > ACCUMULATORS):
-        raise ValueError(f"{cfg.tag()}: {cfg.kg1} warps cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
+    kps, tt1 = BK // cfg.kg1, cfg.block_threads // cfg.kg1
+    if cfg.kg and (cfg.kg not in (1, 2, 4, 8, 16) or kps % 4 or tt1 < 32 or tt1 % cfg.tx1 or cfg.bm % (tt1 // cfg.tx1)):
+        raise ValueError(f"{cfg.tag()}: {cfg.kg} groups of {tt1} threads cannot hold the {cfg.bm}-pixel x tile")
+    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (tt1 // TX1) or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
+        raise ValueError(f"{cfg.tag()}: {cfg.kg1} groups cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
                          f"({ACCUMULATORS} accumulators of 8 channels a thread at most)")
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):

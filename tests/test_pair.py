@@ -87,10 +87,25 @@ def test_the_first_convs_k_split_over_the_warps_and_the_seconds_32_threads_along
     plain = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 3))
     # three stages (3 x 3200 floats) hold the one group's partial tile: the shift follows them
     assert "#define OFF_SH 9600 " in plain.source and "#define KG1 1 " in plain.source
-    with pytest.raises(ValueError, match="warps cannot split"):     # 32 x 128 over a warp: 128 accumulators
+    with pytest.raises(ValueError, match="groups cannot split"):    # 32 x 128 over a warp: 128 accumulators
         pair.render(*L3, 1, pair.PairConfig(32, 128, 128, 2, 2, True))
     with pytest.raises(ValueError, match="64 y channels over 32 threads"):
         pair.render(*L1, 1, pair.PairConfig(32, 64, 128, 1, 2, True, 32))
+
+
+def test_the_first_convs_k_groups_of_several_warps():
+    cfg = pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4)
+    k = pair.emitted(*L3, 1, cfg)
+    assert cfg.tag() == "m32n64t128s2p2wx32k4" and k.steps[0]["block"] == [256, 1, 1]
+    # 4 groups of 64 threads (two warps), each the whole 32 x 64 x tile: 4 pixels x 8 channels a thread, not 8 x 8
+    assert cfg.kg1 == 4 and pair.PairConfig(32, 64, 128, 2, 2, True, 32).kg1 == 8
+    assert "#define KG1 4 " in k.source and "#define TX1 8 " in k.source and "#define THREADS 256" in k.source
+    assert pair.stage_floats(cfg) == 4 * 32 * 68          # four partial x tiles, as with one slice
+    with pytest.raises(ValueError, match="groups of 16 threads"):   # 8 groups of 256 threads: 16 threads a group
+        pair.render(*L3, 1, pair.PairConfig(32, 64, 128, 2, 2, True, 32, 16))
+    with pytest.raises(ValueError, match="groups cannot split"):    # 4 groups of a warp: 32 x 128 / 32 accumulators
+        pair.render(*L3, 1, pair.PairConfig(32, 128, 128, 1, 2, True, 16, 4))
+    pair.check(*L3, pair.PairConfig(32, 128, 128, 1, 2, True, 16, 2))   # 2 groups of two warps: 64 accumulators
 
 
 def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():

@@ -9,9 +9,11 @@ each config of PAIR_CONFIGS that fits; every pair kernel checked against float64
 
     python3 pair_probe.py OUT.json
 
-Prints, per shape and batch, the best separate combination and each pair config in us a pair.
+Prints, per shape and batch, the best separate combination and each pair config in us a pair. BATCHES (default
+1,8): the batches to run.
 """
 import json
+import os
 import sys
 
 import torch
@@ -23,10 +25,11 @@ from snn.runtime.executor import Epilogue
 from snn.runtime.measure.timing import graph_call_s
 
 SHAPES = [(256, 1024, 256, 14), (128, 512, 128, 28), (64, 256, 64, 56)]   # C1 -> N1 -> N2 at H = W
-BATCHES = (1, 8)
-PAIR_CONFIGS = [pair.PairConfig(bm, bn1, 128, s, st) for bm, bn1 in ((16, 128), (32, 64), (32, 128), (16, 64))
-                for s in (1, 2) for st in (2, 3)] + [pair.PairConfig(32, 64, 128, 1, st, True, tx2)
-                                                      for st in (2, 3) for tx2 in (16, 32)]
+BATCHES = tuple(int(b) for b in os.environ.get("BATCHES", "1,8").split(","))
+# the build's candidates, and beside them the two-slice warp split with a group a warp (64 accumulators a thread
+# over 8 warps: it spills) and a three-stage pipeline of the one-slice warp split
+PAIR_CONFIGS = [pair.PairConfig(*t) for t in pair.CANDIDATES] + [pair.PairConfig(32, 64, 128, 2, 2, True, 32),
+                                                                  pair.PairConfig(32, 64, 128, 1, 3, True, 32)]
 
 
 def one_by_one(c, n, hw):
