@@ -35,9 +35,8 @@ MAX_BATCH = 1
 # kernels at load and keeps the fastest (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
-              (32, 64, 128, 2, 2, True, TX, 4), (32, 64, 128, 2, 2, True, 2 * TX, 4),
-              (32, 64, 256, 1, 2, True, TX, 4), (32, 64, 256, 1, 2, True, 2 * TX, 4),
-              (32, 64, 256, 2, 2, True, 2 * TX, 4))
+              (32, 64, 256, 1, 2, True, 2 * TX, 4), (32, 64, 128, 1, 2, True, 2 * TX, 0, 2 * BK),
+              (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
 
 
 @dataclass(frozen=True, order=True)
@@ -55,11 +54,13 @@ class PairConfig:
     # and two slices, 4 groups of two warps each hold half the accumulators of a warp-sized group, so a block has
     # two warps a scheduler without spilling (64 accumulators a thread over 8 warps did)
     kg: int = 0
+    bk: int = BK         # the first conv's channels a pipeline chunk (a multiple of BK): 64 halves the chunks' waits
 
     def tag(self) -> str:
         return f"m{self.bm}n{self.bn1}t{self.threads}s{self.slices}" + (
             f"p{self.stages}" if self.stages != STAGES else "") + ("w" if self.warp_k else "") + (
-            f"x{self.tx2}" if self.tx2 != TX else "") + (f"k{self.kg}" if self.kg else "")
+            f"x{self.tx2}" if self.tx2 != TX else "") + (f"k{self.kg}" if self.kg else "") + (
+            f"c{self.bk}" if self.bk != BK else "")
 
     @property
     def kg1(self) -> int:
@@ -93,7 +94,7 @@ def eligible(first: ConvShape, second: ConvShape) -> bool:
 
 def stage_floats(cfg: PairConfig) -> int:
     """The stages, which the first conv's groups' x partials overwrite afterwards: the larger of the two."""
-    return max(cfg.stages * cfg.bm * (BK + 4) + cfg.stages * BK * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
+    return max(cfg.stages * cfg.bm * (cfg.bk + 4) + cfg.stages * cfg.bk * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
 def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
@@ -116,14 +117,16 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if not eligible(first, second):
         raise ValueError(f"{first.tag()} -> {second.tag()}: two stride-1 1x1 convs, C % {BK} == 0 and "
                          f"N % {4 * TX} == 0")
-    ty, ar, br = cfg.threads // TX, min(cfg.block_threads // (BK // 4), cfg.bm), cfg.block_threads // (cfg.bn1 // 4)
-    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % ar or not br or BK % br:
+    if cfg.bk not in (BK, 2 * BK) or first.C % cfg.bk:
+        raise ValueError(f"{cfg.tag()}: chunks of {BK} or {2 * BK} channels that divide C = {first.C}")
+    ty, ar, br = cfg.threads // TX, min(cfg.block_threads // (cfg.bk // 4), cfg.bm), cfg.block_threads // (cfg.bn1 // 4)
+    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % ar or not br or cfg.bk % br:
         raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty}")
     if cfg.bn1 % (4 * TX) or first.N % cfg.bn1 or not 2 <= first.N // cfg.bn1 <= CLUSTER_MAX:
         raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
-    if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (BK // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
+    if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (cfg.bk // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
         raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
-    kps, tt1 = BK // cfg.kg1, cfg.block_threads // cfg.kg1
+    kps, tt1 = cfg.bk // cfg.kg1, cfg.block_threads // cfg.kg1
     if cfg.kg and (cfg.kg not in (1, 2, 4, 8, 16) or kps % 4 or tt1 < 32 or tt1 % cfg.tx1 or cfg.bm % (tt1 // cfg.tx1)):
         raise ValueError(f"{cfg.tag()}: {cfg.kg} groups of {tt1} threads cannot hold the {cfg.bm}-pixel x tile")
     if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (tt1 // TX1) or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
@@ -178,7 +181,7 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     check(first, second, cfg)
     fn = cfg.name(first, second, batch)
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
-         "BN1": cfg.bn1, "BK": BK, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
+         "BN1": cfg.bn1, "BK": cfg.bk, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
          "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

@@ -204,8 +204,8 @@ def pair_cases() -> list[tuple]:
     """Two 1x1 convs in one launch (codegen/pair.py): ResNet-152's block boundaries at 14x14 (16 blocks a cluster,
     non-portable, and 8),
     28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
-    pipeline, the first conv's K split over the warps (with one or two slices, and over groups of several warps)
-    and the second's 32 threads along N, ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
+    pipeline, the first conv's K split over the warps (with one or two slices, and over groups of several warps),
+    64-channel chunks, and the second's 32 threads along N, ragged M (batch 3; a 9x11 map). Each case is (EmittedKernel, first, second, batch)."""
     def s(c, n, h, w):
         return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
     cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64)),
@@ -221,10 +221,12 @@ def pair_cases() -> list[tuple]:
              (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 128, 1, 2, True, 32)),
              # two slices, the second's 32 threads along N (its slices' partials added before the cluster's sum)
              (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 2, 2, False, 32)),
-             # the first conv's 4 groups of two and four warps (kg); 512 threads
-             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4)),
+             # the first conv's 4 groups of two and four warps (kg; 512 threads); 64-channel chunks
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4)),
              (s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4)),
-             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 256, 1, 2, True, 16, 4))]
+             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 256, 1, 2, True, 16, 4)),
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64)),
+             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64))]
     return [(pair.emitted(a, b, batch, cfg), a, b, batch) for a, b, cfg in cases for batch in (1, 3)]
 
 

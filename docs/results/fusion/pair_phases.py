@@ -36,7 +36,9 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            pair.PairConfig(32, 64, 128, 1, 2, False, 32), pair.PairConfig(32, 64, 128, 1, 2, True, 32),
            # two and four warps a scheduler: the first conv's K over 4 groups of two or four warps (kg)
            pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4),
-           pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4)]
+           pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4),
+           # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
+           pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)]
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
 LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
 # source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
