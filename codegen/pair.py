@@ -30,12 +30,12 @@ ACCUMULATORS = 64    # a conv's accumulators a thread at most with warp_k or tx2
 MAX_BATCH = 1
 # the configs offered (PairConfig's fields): 32-pixel tiles with a two-stage pipeline, the fastest of the configs
 # the probe measured on ResNet-152's pairs at batch 1 (docs/results/fusion/pair_probe.py), among them the same tile
-# with the first conv's K split over the warps, and with 32 threads along N for the second where N allows (at 14x14
-# and 28x28 the fastest: fusion/h200/pair/probe.log, phases.log); the engine times them against the two convs' own
-# kernels at load and keeps the fastest (runtime/pairs.py)
+# with the first conv's K split over the warps, and with 32 threads along N for the second where N allows (at 28x28
+# the fastest: fusion/h200/pair/probe.log, phases.log), and that over 8 warps in 4 groups with 64-channel chunks (at
+# 14x14 the fastest); the engine times them against the two convs' own kernels at load and keeps the fastest
+# (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
-              (32, 64, 256, 1, 2, True, 2 * TX, 4), (32, 64, 128, 1, 2, True, 2 * TX, 0, 2 * BK),
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
 
 

@@ -108,6 +108,18 @@ def test_the_first_convs_k_groups_of_several_warps():
     pair.check(*L3, pair.PairConfig(32, 128, 128, 1, 2, True, 16, 2))   # 2 groups of two warps: 64 accumulators
 
 
+def test_64_channel_chunks():
+    cfg = pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)
+    k = pair.emitted(*L3, 1, cfg)
+    assert cfg.tag() == "m32n64t256s1p2wx32k4c64" and cfg.tag() in {c.tag() for c in pair.candidates(*L3, 1)}
+    assert "#define BK 64\n" in k.source and "#define KG1 4 " in k.source     # 4 chunks of 256, 16 channels a group
+    assert pair.stage_floats(cfg) == 2 * 32 * 68 + 2 * 64 * 64                 # two stages of 64-channel chunks
+    with pytest.raises(ValueError, match="chunks of 32 or 64 channels that divide C = 96"):
+        pair.render(one_by_one(96, 256, 14), one_by_one(256, 128, 14), 1, pair.PairConfig(32, 64, bk=64))
+    with pytest.raises(ValueError, match="chunks of 32 or 64"):
+        pair.render(*L3, 1, pair.PairConfig(32, 64, bk=128))
+
+
 def test_the_second_convs_weights_are_requested_inside_the_first_convs_loop():
     src = pair.emitted(*L3, 1, pair.PairConfig(32, 64, 128, 1, 2)).source
     loop, copy = src.index("for (int it = 0; it < NK1; ++it)"), src.index("cp.async.bulk.shared::cluster.global")

@@ -27,12 +27,13 @@ from snn.runtime.measure.timing import graph_call_s
 SHAPES = [(256, 1024, 256, 14), (128, 512, 128, 28), (64, 256, 64, 56)]   # C1 -> N1 -> N2 at H = W
 BATCHES = tuple(int(b) for b in os.environ.get("BATCHES", "1,8").split(","))
 # the build's candidates, and beside them: the two-slice warp split with a group a warp (64 accumulators a thread
-# over 8 warps: it spills), a three-stage pipeline of the one-slice one, and the first conv's K over 4 groups of two
-# or four warps in other layouts than the candidate's
+# over 8 warps: it spills), a three-stage pipeline of the one-slice one, the first conv's K over 4 groups of two or
+# four warps in other layouts than the candidate's, and 64-channel chunks on the one-warp-a-group layout
 PAIR_CONFIGS = [pair.PairConfig(*t) for t in pair.CANDIDATES] + [
     pair.PairConfig(32, 64, 128, 2, 2, True, 32), pair.PairConfig(32, 64, 128, 1, 3, True, 32),
     pair.PairConfig(32, 64, 128, 2, 2, True, 16, 4), pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4),
     pair.PairConfig(32, 64, 256, 1, 2, True, 16, 4), pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4),
+    pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4), pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64),
     pair.PairConfig(32, 64, 128, 1, 3, True, 32, 0, 64)]
 
 
