@@ -8,12 +8,16 @@ the chain with a copy of both kernels that stamps %globaltimer and clock64 (thre
 phase boundaries: the programmatic wait, the first conv's loop, x's epilogue, the W2 share's arrival, the second
 conv, the cluster's sum, y's store. Printed: per config the median block's cycles a phase.
 
+With `sconv`: the chain for each sparse 3x3 config of SCONVS (the pair on SCONV_PAIR, the config the network's layer-3
+pairs run), each 3x3 checked against float64 first, timed as a block of the chain and alone (ten back to back).
+
 With `variants`: the same for copies of the network's layer-3 pair (LOOP_CONFIG) with parts of the first conv's loop
 left out (VARIANTS: its copies of the next chunk, its FFMAs, the input's epilogue), each alone and together, which
 says what the loop's time is made of. A copy that leaves something out computes wrong sums (not checked).
 
     python3 pair_phases.py OUT_DIR           # -> OUT_DIR/phases.json, the table on stdout
     python3 pair_phases.py OUT_DIR variants  # -> OUT_DIR/variants.json, the table on stdout
+    python3 pair_phases.py OUT_DIR sconv     # -> OUT_DIR/sconv.json, the table on stdout
     python3 pair_phases.py OUT_DIR ncu TAG   # only runs config TAG's chain six times eagerly (under ncu)
 """
 import json
@@ -25,7 +29,7 @@ import torch
 
 from snn.codegen import pair
 from snn.codegen.config import KernelConfig
-from snn.codegen.emit import render_sparse_ws
+from snn.codegen.emit import render_sparse, render_sparse_ws
 from snn.codegen.spec import ConvShape
 from snn.runtime.check import KernelRunner, relu_input
 from snn.runtime.executor import Epilogue, InputEpilogue
@@ -40,6 +44,14 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
            pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)]
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
+# the 3x3's configs the sconv mode compares: the network's first, then the cost model's next candidates at 0.7 and
+# larger tiles, more output channels a thread, fewer or more channels a block
+SCONVS = [SCONV] + [KernelConfig(*f) for f in (
+    (7, 2, 8, 32, 1, 1, 7), (2, 7, 8, 32, 1, 4, 2), (4, 4, 8, 32, 1, 2, 4), (2, 4, 16, 32, 2, 4, 2),
+    (2, 7, 8, 32, 1), (2, 7, 8, 64, 1), (2, 7, 4, 32, 1, 7, 1), (2, 7, 16, 32, 1, 7, 1), (2, 7, 8, 32, 2, 7, 1),
+    (2, 7, 16, 32, 2, 7, 1), (2, 7, 8, 32, 4, 7, 1), (2, 7, 8, 32, 1, 7, 2), (2, 7, 8, 32, 2, 7, 2),
+    (1, 7, 8, 32, 2, 7, 2), (2, 14, 8, 32, 1, 7, 1))]
+SCONV_PAIR = pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)
 LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
 # source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
 NEXT = "if (nxt < NK1) { load_a(nxt % STAGES, nxt); load_b(nxt % STAGES, nxt); }"
@@ -118,6 +130,8 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     s3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
     first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    if len(sys.argv) > 2 and sys.argv[2] == "sconv":
+        return sconv(out, runner, gen)
     ks = render_sparse_ws(s3, 1, SCONV)
     kss = stamped_sconv(ks)
     variants = len(sys.argv) > 2 and sys.argv[2] == "variants"
@@ -212,6 +226,63 @@ def main() -> None:
         print(f"| {r['config']} | {checked} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | "
               f"{r['pair_alone_us']:.2f} | " + " | ".join(str(r["median_cycles"][c]) for c in cols)
               + f" | {r['wait_to_exit_ns']} |")
+
+
+def sconv(out, runner, gen) -> None:
+    """The chain with each 3x3 config of SCONVS and the pair on SCONV_PAIR: a block's time and the 3x3's alone."""
+    s3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+    first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    kp = pair.emitted(first, second, 1, SCONV_PAIR)
+    kss = []
+    for cfg in SCONVS:
+        try:
+            kss.append((cfg.tag(), render_sparse(s3, 1, cfg)))
+        except ValueError as e:
+            print(f"{cfg.tag()}: not rendered ({e})", flush=True)
+    bad = runner.compile([kp] + [k for _, k in kss])
+    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
+    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
+    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
+    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
+    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
+    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
+    b1, b2 = torch.randn(1024, generator=gen, device="cuda") * 0.1, torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
+    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
+    x = torch.empty((1, 14, 14, 1024), device="cuda")
+    z = torch.zeros(4, dtype=torch.int64, device="cuda")
+    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
+    in_epi = InputEpilogue(shift, z, 2)
+
+    def conv3(i, sk):
+        a = sums[i % 2]
+        entry = {"cubin": runner.records[sk.name]["cubin"], "steps": sk.steps, "epilogue": False}
+        runner.backend.sparse_conv(sk.name, entry, y.permute(0, 3, 1, 2), w3, a.permute(0, 3, 1, 2), {}, None,
+                                   into=a.permute(0, 3, 1, 2))
+
+    def block(i, sk):
+        conv3(i, sk)
+        runner.run_pair(kp, sums[i % 2], w1, x, w2, y, epi1, epi2, in_epi, zero=sums[(i + 1) % 2])
+
+    rows = []
+    for tag, k in kss:
+        if k.name in bad or kp.name in bad:
+            rows.append({"config": tag, "kernel": k.name, "bad": bad.get(k.name, bad.get(kp.name))})
+            continue
+        chk = runner.check_conv(k, s3, 1, 0.72, gen)
+        chain = [graph_call_s(torch, lambda: [block(i, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
+        alone = graph_call_s(torch, lambda: [s.zero_() for s in sums[:1]] and conv3(0, k)) * 1e6
+        rows.append({"config": tag, "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
+                     "block_us": [round(c, 2) for c in chain], "sconv_alone_us": round(alone, 2),
+                     "grid": k.steps[-1].get("grid"), "block": k.steps[-1].get("block")})
+        print(json.dumps(rows[-1]), flush=True)
+    with open(f"{out}/sconv.json", "w") as f:
+        json.dump(rows, f, indent=1)
+    print(f"\nlayer 3 at batch 1: a block (the 3x3 on each config, then the pair on {SCONV_PAIR.tag()}) in us, ten "
+          "back to back in a CUDA graph, and the 3x3 alone (with a memset of its sums)\n")
+    print("| 3x3 config | float64 | grid | block | block us (two runs) | 3x3 alone us |\n|---|---|---|---|---|---|")
+    for r in sorted((r for r in rows if "ok" in r), key=lambda r: min(r["block_us"])):
+        print(f"| {r['config']} | {'ok' if r['ok'] else 'FAIL'} | {r['grid']} | {r['block']} | "
+              f"{r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | {r['sconv_alone_us']:.2f} |")
 
 
 if __name__ == "__main__":
