@@ -44,13 +44,19 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
            pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)]
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
+# the one-row warp tiles, also timed alone on ResNet-152's other stride-1 3x3 shapes at batch 1 beside the plan's pick
+ROW_TILES = [KernelConfig(*f) for f in (
+    (1, 7, 8, 32, 2, 7, 2), (1, 7, 8, 32, 1, 7, 2), (1, 7, 4, 32, 2, 7, 2), (1, 7, 8, 32, 4, 7, 2),
+    (1, 7, 16, 32, 2, 7, 2), (1, 7, 4, 32, 1, 7, 2), (1, 7, 8, 32, 2, 7, 1), (1, 7, 8, 32, 2, 2, 7),
+    (1, 7, 8, 32, 2, 4, 2), (1, 7, 4, 32, 4, 7, 2))]
+OTHER_3X3 = [(64, 56), (128, 28), (256, 14), (512, 7)]   # C = N, H = W
 # the 3x3's configs the sconv mode compares: the network's first, then the cost model's next candidates at 0.7 and
 # larger tiles, more output channels a thread, fewer or more channels a block
-SCONVS = [SCONV] + [KernelConfig(*f) for f in (
+SCONVS = [SCONV] + ROW_TILES + [KernelConfig(*f) for f in (
     (7, 2, 8, 32, 1, 1, 7), (2, 7, 8, 32, 1, 4, 2), (4, 4, 8, 32, 1, 2, 4), (2, 4, 16, 32, 2, 4, 2),
     (2, 7, 8, 32, 1), (2, 7, 8, 64, 1), (2, 7, 4, 32, 1, 7, 1), (2, 7, 16, 32, 1, 7, 1), (2, 7, 8, 32, 2, 7, 1),
     (2, 7, 16, 32, 2, 7, 1), (2, 7, 8, 32, 4, 7, 1), (2, 7, 8, 32, 1, 7, 2), (2, 7, 8, 32, 2, 7, 2),
-    (1, 7, 8, 32, 2, 7, 2), (2, 14, 8, 32, 1, 7, 1))]
+    (2, 14, 8, 32, 1, 7, 1))]
 SCONV_PAIR = pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)
 LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
 # source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
@@ -275,14 +281,56 @@ def sconv(out, runner, gen) -> None:
                      "block_us": [round(c, 2) for c in chain], "sconv_alone_us": round(alone, 2),
                      "grid": k.steps[-1].get("grid"), "block": k.steps[-1].get("block")})
         print(json.dumps(rows[-1]), flush=True)
+    alone = shapes_alone(runner, gen)
     with open(f"{out}/sconv.json", "w") as f:
-        json.dump(rows, f, indent=1)
+        json.dump({"chain": rows, "alone": alone}, f, indent=1)
     print(f"\nlayer 3 at batch 1: a block (the 3x3 on each config, then the pair on {SCONV_PAIR.tag()}) in us, ten "
           "back to back in a CUDA graph, and the 3x3 alone (with a memset of its sums)\n")
     print("| 3x3 config | float64 | grid | block | block us (two runs) | 3x3 alone us |\n|---|---|---|---|---|---|")
     for r in sorted((r for r in rows if "ok" in r), key=lambda r: min(r["block_us"])):
         print(f"| {r['config']} | {'ok' if r['ok'] else 'FAIL'} | {r['grid']} | {r['block']} | "
               f"{r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | {r['sconv_alone_us']:.2f} |")
+    print("\nResNet-152's stride-1 3x3 shapes at batch 1, 0.72 zeros: each config alone in us (ten back to back in a "
+          "CUDA graph, with a memset of its sums where it splits C); plan: the build's pick at 0.7\n")
+    print("| shape | config | float64 | us |\n|---|---|---|---|")
+    for r in alone:
+        print(f"| {r['shape']} | {r['config']}{' (plan)' if r['plan'] else ''} | {'ok' if r['ok'] else 'FAIL'} | "
+              f"{r['us']:.2f} |")
+
+
+def shapes_alone(runner, gen) -> list[dict]:
+    """Each stride-1 3x3 shape of OTHER_3X3 on the plan's pick at 0.7 and on ROW_TILES, alone."""
+    from snn.codegen.gpu import load_gpu
+    from snn.codegen.plan import plan_shape
+    gpu = load_gpu("h200")
+    rows = []
+    for c, hw in OTHER_3X3:
+        shape = ConvShape(c, c, hw, hw, 3, 3, (1, 1), (1, 1))
+        plan = plan_shape(shape, gpu, 1, [0.7])[0.7].config
+        ks = []
+        for cfg in [plan] + [r for r in ROW_TILES if r != plan]:
+            try:
+                ks.append((cfg, render_sparse(shape, 1, cfg)))
+            except ValueError:
+                continue
+        bad = runner.compile([k for _, k in ks])
+        x = relu_input(torch, (1, hw, hw, c), 0.72, gen)
+        w = torch.randn((c, 3, 3, c), generator=gen, device="cuda") * (c * 9 * 0.28) ** -0.5
+        o = torch.zeros((1, hw, hw, c), device="cuda")
+        for cfg, k in ks:
+            if k.name in bad:
+                continue
+            chk = runner.check_conv(k, shape, 1, 0.72, gen)
+            entry = {"cubin": runner.records[k.name]["cubin"], "steps": k.steps, "epilogue": False}
+
+            def run(k=k, entry=entry):
+                o.zero_()
+                runner.backend.sparse_conv(k.name, entry, x.permute(0, 3, 1, 2), w, o.permute(0, 3, 1, 2), {}, None,
+                                           into=o.permute(0, 3, 1, 2))
+            rows.append({"shape": shape.tag(), "config": cfg.tag(), "plan": cfg == plan, "ok": chk["ok"],
+                         "us": round(graph_call_s(torch, run) * 1e6, 2)})
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
 
 
 if __name__ == "__main__":
