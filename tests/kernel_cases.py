@@ -78,7 +78,7 @@ def cluster_cases() -> list[tuple]:
 
 def warp_tiled_cases() -> list[tuple]:
     """Warp-tiled kernels: ragged C (a chunk past C), N (past the last block's channels) and P/Q (warps
-    past the output), atomics and direct stores, nt 1/2/4/8, a 5x5 filter, a 1x1 conv, batch 1 and 3."""
+    past the output), atomics and direct stores, nt 1/2/4/8, a 5x5 filter, a 1x1 conv, one-row tiles, batch 1 and 3."""
     cases = [(ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 32, 32, 1, 2, 2)),
              (ConvShape(36, 40, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(2, 4, 36, 32, 1, 4, 2)),
              (ConvShape(64, 72, 7, 7, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 4, 16, 32, 2, 1, 2)),
@@ -88,7 +88,11 @@ def warp_tiled_cases() -> list[tuple]:
              (ConvShape(128, 32, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 8, 128, 32, 1, 2, 4)),
              (ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(4, 7, 32, 32, 4, 2, 2)),
              (ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)), KernelConfig(1, 7, 128, 32, 8, 2, 2)),
-             (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2))]
+             (ConvShape(16, 32, 12, 12, 5, 5, (1, 1), (2, 2)), KernelConfig(4, 4, 16, 32, 1, 2, 2)),
+             # one-row warp tiles (space.ROW_TILES_B1): 7 x 2 warps, nt 2 and 4; 7 x 1 on a ragged map
+             (ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1)), KernelConfig(1, 7, 8, 32, 2, 7, 2)),
+             (ConvShape(128, 128, 28, 28, 3, 3, (1, 1), (1, 1)), KernelConfig(1, 7, 8, 32, 4, 7, 2)),
+             (ConvShape(64, 72, 9, 11, 3, 3, (1, 1), (1, 1)), KernelConfig(1, 7, 8, 32, 2, 7, 1))]
     return [(emit.render_sparse(sh, b, cfg), sh, b) for sh, cfg in cases for b in (1, 3)]
 
 

@@ -11,7 +11,7 @@ from snn.codegen.gpu import load_gpu
 from snn.codegen.plan import clear_caches, parse_levels, plan_network, plan_shape, planner, stages
 from snn.codegen.plan.explain import explain_layer
 from snn.codegen.plan.planner import CANDIDATE_WINDOW, REUSE_TOLERANCE, run_stages
-from snn.codegen.plan.space import configs
+from snn.codegen.plan.space import configs, row_tiles
 from snn.codegen.plan.tables import space_table
 from snn.codegen.spec import ConvShape, load_spec
 
@@ -166,6 +166,23 @@ def test_a_lower_levels_pick_stays_a_candidate_when_stage2_drops_it():
     assert info["counts"]["stage2_data_movement"] == len(stages(shape, H100, 1, 0.75)["stage2"])
 
 
+def test_row_tiles_are_batch_one_alternatives_of_stride_one_3x3s():
+    s14 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
+    assert [c.tag() for c in row_tiles(s14, 1)] == ["th1tw7tc8_t32n2_w7x2", "th1tw7tc8_t32n4_w7x2", "th1tw7tc8_t32n2_w7x1"]
+    assert [c.tag() for c in row_tiles(ConvShape(512, 512, 7, 7, 3, 3, (1, 1), (1, 1)), 1)] == ["th1tw7tc8_t32n2_w7x1"]
+    assert row_tiles(s14, 8) == []                                                          # batch 1 only
+    assert row_tiles(ConvShape(256, 256, 14, 14, 1, 1, (1, 1), (0, 0)), 1) == []            # 1x1
+    assert row_tiles(ConvShape(256, 256, 28, 28, 3, 3, (2, 2), (1, 1)), 1) == []            # stride 2
+    assert row_tiles(ConvShape(128, 32, 14, 14, 3, 3, (1, 1), (1, 1)), 1) == []             # 32 channels: nt 2 pads N
+    # priced by the model, after the pick, at every level; they are not in the space the model ranks
+    ch = plan_shape(s14, H100, 1, [0.5, 0.7])
+    for choice in ch.values():
+        alts = {a.config: a.predicted_us for a in choice.alternatives}
+        assert set(alts) == set(row_tiles(s14, 1)) and choice.config not in alts and all(t > 0 for t in alts.values())
+    assert not set(row_tiles(s14, 1)) & set(configs(space_table(s14), range(len(space_table(s14)["th"]))))
+    assert plan_shape(s14, H100, 1, [0.7], model="paper")[0.7].alternatives == ()             # the "snn" model's
+
+
 def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fastest():
     shape = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
 
@@ -174,8 +191,10 @@ def test_candidates_are_the_pick_then_one_of_each_other_family_then_the_next_fas
     for batch in (1, 32):
         one = plan_shape(shape, H100, batch, [0.7], candidates=1)[0.7]
         pick = plan_shape(shape, H100, batch, [0.7], candidates=4)[0.7]
-        assert (pick.config, pick.predicted_us, one.alternatives) == (one.config, one.predicted_us, ())
-        cands = pick.candidates()
+        rows = set(row_tiles(shape, batch))   # at batch 1 the row tiles ride along whatever `candidates` (below)
+        assert (pick.config, pick.predicted_us) == (one.config, one.predicted_us)
+        assert {a.config for a in one.alternatives} == rows and bool(rows) == (batch == 1)
+        cands = [ct for ct in pick.candidates() if ct[0] not in rows]
         assert len(cands) == 4 and cands[0] == (pick.config, pick.predicted_us) and len({c for c, _ in cands}) == 4
         # stage 3's ranking at this level, with its predictions
         r = run_stages(shape, H100, batch, 0.7, "snn")

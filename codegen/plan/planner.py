@@ -18,7 +18,7 @@ from ..spec import ConvLayer, ConvShape, Network
 from .models import check, stage3
 from .movement import bytes_moved, stage2
 from .occupancy import occupancy_min, stage1, table_occupancy
-from .space import configs, space_arrays, ws_allowed
+from .space import configs, row_tiles, space_arrays, ws_allowed
 from .tables import config_table, space_table
 
 DEFAULT_LEVELS = "0.4:0.9:0.05"
@@ -145,6 +145,21 @@ def _alternatives(tab: dict[str, np.ndarray], r: dict[str, Any], pick: int, n: i
     return out[:n]
 
 
+def _row_tiles(shape: ConvShape, gpu: GPU, batch: int, level: float, model: str, pick: KernelConfig,
+               alts: tuple) -> tuple:
+    """space.row_tiles' configs the "snn" model can launch, as alternatives priced by it (the pick and alts left out)."""
+    if model != "snn":
+        return ()
+    have = {pick} | {a.config for a in alts}
+    out = []
+    for cfg in row_tiles(shape, batch):
+        if cfg not in have:
+            ev = evaluate_config(shape, gpu, batch, level, cfg, model)
+            if ev["launchable"]:
+                out.append(Choice(cfg, ev["predicted_us"]))
+    return tuple(out)
+
+
 def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], model: str = "snn",
                candidates: int = 1) -> dict[float, Choice]:
     """The chosen config and predicted time of one conv shape at each level (ascending).
@@ -154,7 +169,8 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
     choice: the model is not precise to a few per cent, and every distinct config is one more kernel to
     compile. Such a config is a stage-3 candidate whenever it passes stage 1 (`run_stages`'s keep).
     candidates > 1: each choice also carries up to candidates - 1 alternatives (`_alternatives`), for
-    `snn-run calibrate` to measure against it."""
+    `snn-run calibrate` to measure against it; at batch 1 a stride-1 3x3's also carry space.row_tiles' configs
+    (whatever `candidates`)."""
     if isinstance(candidates, bool) or not isinstance(candidates, (int, np.integer)) or candidates < 1:
         raise UserError(f"candidates must be a positive integer, got {candidates!r}")
     tab = space_table(shape)
@@ -177,7 +193,8 @@ def plan_shape(shape: ConvShape, gpu: GPU, batch: int, levels: Iterable[float], 
         prev = float(t[pick])
         alts = tuple(Choice(configs(tab, [j], gpu.clusters)[0], tj) for j, tj in _alternatives(tab, r, i, candidates - 1)) \
             if candidates > 1 else ()
-        out[level] = Choice(configs(tab, [i], gpu.clusters)[0], prev, alts)
+        config = configs(tab, [i], gpu.clusters)[0]
+        out[level] = Choice(config, prev, alts + _row_tiles(shape, gpu, batch, level, model, config, alts))
     return out
 
 

@@ -39,6 +39,14 @@ WS_ACC_MAX = 128           # th*tw*nt: 4x4 nt 8 (128) ran within 2 % of the best
 WS_MIN_BATCH = 1           # at batch 1 the plan's warp-tiled picks took 1.08x the best measured, the classic-only
                            # picks 1.23x (predicted before measuring, uniform inputs, 14 layers x 4 levels)
 
+# one-row warp tiles for stride-1 3x3 convs at batch 1, outside WS_TILES: 1 x 7 pixels a warp, 7 x 2 (or 7 x 1)
+# warps, 8 channels a block, 2 or 4 output channels a thread. On the H200 they took 10.3 against the plan's 11.0 us
+# on ResNet-152's 3x3 256 @14 alone and 21.9 against 24.6 us a layer-3 block with its pair, 9.9-10.2 against 11.3
+# at 28x28, level with the pick or slower at 56x56 and 7x7 (docs/results/fusion/h200/sconv/); the model does not
+# rank them (its picks there are within a few per cent of each other), so the build offers them as alternatives
+# that `snn-run calibrate` measures against its pick (planner.plan_shape)
+ROW_TILES_B1 = ((1, 7, 8, 32, 2, 7, 2), (1, 7, 8, 32, 4, 7, 2), (1, 7, 8, 32, 2, 7, 1))
+
 CONFIG_KEYS = ("th", "tw", "tc", "threads", "nt", "wh", "ww")
 
 
@@ -111,6 +119,23 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
                         if r["KC"] == 0 or not r["REGS_OK"]:
                             continue
                         out.append(cfg)
+    return out
+
+
+def row_tiles(shape: ConvShape, batch: int) -> list[KernelConfig]:
+    """The ROW_TILES_B1 configs that fit a stride-1 3x3 conv at batch 1 (N and the block tile padded as ws_space
+    allows, a channel tile smaller than C, within the register and shared-memory rules); none elsewhere."""
+    if batch != 1 or (shape.R, shape.S) != (3, 3) or tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4:
+        return []
+    out = []
+    for f in ROW_TILES_B1:
+        cfg = KernelConfig(*f)
+        fits = (shape.N % cfg.nt == 0 and pads_within(shape.N, 32 * cfg.nt, N_WASTE_MAX) and cfg.tc < shape.C
+                and all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in ((shape.P, cfg.th * cfg.wh), (shape.Q, cfg.tw * cfg.ww))))
+        if fits and rules.ws_eligible(shape, cfg):
+            r = rules.ws_params(shape, cfg)
+            if r["KC"] and r["REGS_OK"]:
+                out.append(cfg)
     return out
 
 
