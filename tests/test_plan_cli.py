@@ -59,14 +59,20 @@ def test_plan_of_a_dense_only_layer_says_why(tmp_path):
 
 
 def test_plan_candidates_lists_the_alternatives_and_counts_the_kernels():
-    r = run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--levels", "0.5,0.7", "--candidates", "3")
+    r = run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv1", "--levels", "0.5,0.7", "--candidates", "3")
     assert r.exit_code == 0, r.output
-    assert "with the alternatives (snn-codegen build --candidates):" in r.output
-    assert "with the alternatives" not in run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2").output
-    d = json.loads(run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--levels", "0.7", "--candidates", "3",
+    assert "with the alternatives (snn-codegen build --candidates; " in r.output
+    assert "with the alternatives" not in run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv1").output
+    d = json.loads(run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv1", "--levels", "0.7", "--candidates", "3",
                        "--json").output)
     lv = d["layers"][0]["levels"]["0.70"]
     assert len(lv["alternatives"]) == 2 and lv["kernel"] not in {a["kernel"] for a in lv["alternatives"]}
+    # a stride-1 3x3 at batch 1 carries the one-row tiles whatever --candidates; at batch 8 none
+    d = json.loads(run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--levels", "0.7", "--json").output)
+    assert [a["kernel"].split("_h14w14_")[1] for a in d["layers"][0]["levels"]["0.70"]["alternatives"]] == [
+        "th1tw7tc8_t32n2_w7x2_b1", "th1tw7tc8_t32n4_w7x2_b1", "th1tw7tc8_t32n2_w7x1_b1"]
+    assert "with the alternatives" not in run(RESNET152, "--gpu", "h100", "--layer", "layer3.1.conv2", "--batch",
+                                              "8").output
     assert run(RESNET152, "--gpu", "h100", "--candidates", "0").exit_code != 0
 
 

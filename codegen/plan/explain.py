@@ -96,8 +96,8 @@ def format_plan(plan: Plan) -> str:
     picks = {(s, ch.config) for s, lps in by_shape.items() for ch in lps[0].choices.values()}
     cands = {(s, c) for s, lps in by_shape.items() for ch in lps[0].choices.values() for c, _ in ch.candidates()}
     if len(cands) > len(picks):
-        lines.append(f"with the alternatives (snn-codegen build --candidates): {len(cands)} kernels to build, "
-                     f"{len(picks)} for the picks alone")
+        lines.append(f"with the alternatives (snn-codegen build --candidates; at batch 1 a stride-1 3x3's one-row "
+                     f"tiles): {len(cands)} kernels to build, {len(picks)} for the picks alone")
     return "\n".join(lines)
 
 
