@@ -129,6 +129,24 @@ def stamped_sconv(k):
     return stamped(k, [(WAIT, False)], "\n}")
 
 
+def operands(gen):
+    """The chain's operands: the 3x3's input about 0.72 zeros, x's about 0.75 (layer 3's trained-like profile); two
+    regions of raw sums (the 3x3 adds into one while the pair clears the other), and the pair's epilogues."""
+    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
+    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
+    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
+    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
+    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
+    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
+    b1 = torch.randn(1024, generator=gen, device="cuda") * 0.1
+    b2 = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
+    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
+    x = torch.empty((1, 14, 14, 1024), device="cuda")
+    z = torch.zeros(4, dtype=torch.int64, device="cuda")
+    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
+    return y, w3, w1, w2, sums, x, epi1, epi2, InputEpilogue(shift, z, 2)
+
+
 def main() -> None:
     out = sys.argv[1]
     torch.backends.cudnn.allow_tf32 = False
@@ -150,20 +168,7 @@ def main() -> None:
     bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
     if bad:
         print("compile problems:", bad, flush=True)
-    # the chain's operands: the 3x3's input about 0.72 zeros, x's about 0.75 (layer 3's trained-like profile)
-    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
-    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
-    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
-    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
-    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
-    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
-    b1 = torch.randn(1024, generator=gen, device="cuda") * 0.1
-    b2 = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
-    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
-    x = torch.empty((1, 14, 14, 1024), device="cuda")
-    z = torch.zeros(4, dtype=torch.int64, device="cuda")
-    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
-    in_epi = InputEpilogue(shift, z, 2)
+    y, w3, w1, w2, sums, x, epi1, epi2, in_epi = operands(gen)
 
     def block(i, sk, pk):   # the 3x3 adds into one sums region while the pair clears the other for the next
         a, b = sums[i % 2], sums[(i + 1) % 2]
@@ -246,18 +251,7 @@ def sconv(out, runner, gen) -> None:
         except ValueError as e:
             print(f"{cfg.tag()}: not rendered ({e})", flush=True)
     bad = runner.compile([kp] + [k for _, k in kss])
-    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
-    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
-    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
-    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
-    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
-    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
-    b1, b2 = torch.randn(1024, generator=gen, device="cuda") * 0.1, torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
-    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
-    x = torch.empty((1, 14, 14, 1024), device="cuda")
-    z = torch.zeros(4, dtype=torch.int64, device="cuda")
-    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
-    in_epi = InputEpilogue(shift, z, 2)
+    y, w3, w1, w2, sums, x, epi1, epi2, in_epi = operands(gen)
 
     def conv3(i, sk):
         a = sums[i % 2]
