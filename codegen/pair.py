@@ -51,8 +51,8 @@ class PairConfig:
     warp_k: bool = False
     tx2: int = TX        # the second conv's threads along N (4 channels each; 32: two float4 runs a thread)
     # the first conv's thread groups where not the default (one a warp with warp_k, else one a slice): with warp_k
-    # and two slices, 4 groups of two warps each hold half the accumulators of a warp-sized group, so a block has
-    # two warps a scheduler without spilling (64 accumulators a thread over 8 warps did)
+    # and 8 warps a block (256 threads, one or two slices), 4 groups of two warps each hold half the accumulators of
+    # a warp-sized group, two warps a scheduler without spilling (8 groups of 64 accumulators a thread spilled)
     kg: int = 0
     bk: int = BK         # the first conv's channels a pipeline chunk (a multiple of BK): 64 halves the chunks' waits
 

@@ -42,9 +42,10 @@ WS_MIN_BATCH = 1           # at batch 1 the plan's warp-tiled picks took 1.08x t
 # one-row warp tiles for stride-1 3x3 convs at batch 1, outside WS_TILES: 1 x 7 pixels a warp, 7 x 2 (or 7 x 1)
 # warps, 8 channels a block, 2 or 4 output channels a thread. On the H200 they took 10.3 against the plan's 11.0 us
 # on ResNet-152's 3x3 256 @14 alone and 21.9 against 24.6 us a layer-3 block with its pair, 9.9-10.2 against 11.3
-# at 28x28, level with the pick or slower at 56x56 and 7x7 (docs/results/fusion/h200/rows/); the model does not
-# rank them (its picks there are within a few per cent of each other), so the build offers them as alternatives
-# that `snn-run calibrate` measures against its pick (planner.plan_shape)
+# at 28x28, 11.1 against 11.3 at 7x7, 10.4-12.2 against 10.2 at 56x56 (docs/results/fusion/h200/rows/). The space
+# the model ranks does not hold them (its 3x3 warp tiles are 2 x 4 and larger), so the build offers them as
+# alternatives that `snn-run calibrate` measures against its pick (planner.plan_shape); it chose them at 28x28,
+# 14x14 and 7x7
 ROW_TILES_B1 = ((1, 7, 8, 32, 2, 7, 2), (1, 7, 8, 32, 4, 7, 2), (1, 7, 8, 32, 2, 7, 1))
 
 CONFIG_KEYS = ("th", "tw", "tc", "threads", "nt", "wh", "ww")
