@@ -124,12 +124,14 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
         raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty}")
     if cfg.bn1 % (4 * TX) or first.N % cfg.bn1 or not 2 <= first.N // cfg.bn1 <= CLUSTER_MAX:
         raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
-    if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (cfg.bk // cfg.slices) % 4 or (cfg.bn1 // cfg.slices) % 4:
+    if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (cfg.bk // cfg.slices) % 4 or (
+            cfg.bn1 // cfg.slices) % 4:
         raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
     kps, tt1 = cfg.bk // cfg.kg1, cfg.block_threads // cfg.kg1
     if cfg.kg and (cfg.kg not in (1, 2, 4, 8, 16) or kps % 4 or tt1 < 32 or tt1 % cfg.tx1 or cfg.bm % (tt1 // cfg.tx1)):
         raise ValueError(f"{cfg.tag()}: {cfg.kg} groups of {tt1} threads cannot hold the {cfg.bm}-pixel x tile")
-    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (tt1 // TX1) or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
+    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (tt1 // TX1)
+                       or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {cfg.kg1} groups cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
                          f"({ACCUMULATORS} accumulators of 8 channels a thread at most)")
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (

@@ -101,7 +101,7 @@ def test_the_first_convs_k_groups_of_several_warps():
     assert cfg.kg1 == 4 and pair.PairConfig(32, 64, 128, 2, 2, True, 32).kg1 == 8
     assert "#define KG1 4 " in k.source and "#define TX1 8 " in k.source and "#define THREADS 256" in k.source
     assert pair.stage_floats(cfg) == 4 * 32 * 68          # four partial x tiles, as with one slice
-    with pytest.raises(ValueError, match="groups of 16 threads"):   # 8 groups of 256 threads: 16 threads a group
+    with pytest.raises(ValueError, match="groups of 16 threads"):   # 16 groups of 256 threads: 16 threads a group
         pair.render(*L3, 1, pair.PairConfig(32, 64, 128, 2, 2, True, 32, 16))
     with pytest.raises(ValueError, match="groups cannot split"):    # 4 groups of a warp: 32 x 128 / 32 accumulators
         pair.render(*L3, 1, pair.PairConfig(32, 128, 128, 1, 2, True, 16, 4))

@@ -131,8 +131,9 @@ def row_tiles(shape: ConvShape, batch: int) -> list[KernelConfig]:
     out = []
     for f in ROW_TILES_B1:
         cfg = KernelConfig(*f)
+        block = ((shape.P, cfg.th * cfg.wh), (shape.Q, cfg.tw * cfg.ww))
         fits = (shape.N % cfg.nt == 0 and pads_within(shape.N, 32 * cfg.nt, N_WASTE_MAX) and cfg.tc < shape.C
-                and all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in ((shape.P, cfg.th * cfg.wh), (shape.Q, cfg.tw * cfg.ww))))
+                and all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in block))
         if fits and rules.ws_eligible(shape, cfg):
             r = rules.ws_params(shape, cfg)
             if r["KC"] and r["REGS_OK"]:
