@@ -282,5 +282,5 @@ def evaluate_config(shape: ConvShape, gpu: GPU, batch: int, level: float, config
 
 def clear_caches() -> None:
     """Forget cached spaces and stage-1 results (for timing the cold path)."""
-    for f in (space_arrays, space_table, stage1):
+    for f in (space_arrays, space_table, config_table, stage1):
         f.cache_clear()

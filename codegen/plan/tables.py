@@ -93,8 +93,10 @@ def space_table(shape: ConvShape) -> dict[str, np.ndarray]:
     return table(shape, sp["th"], sp["tw"], sp["tc"], sp["threads"], sp["nt"], sp["wh"], sp["ww"])
 
 
+@lru_cache(maxsize=4096)
 def config_table(shape: ConvShape, config: KernelConfig) -> dict[str, np.ndarray]:
-    """The table of one config (one row); its split reduces through a cluster only where the config says so."""
+    """The table of one config (one row); its split reduces through a cluster only where the config says so. Cached
+    as space_table is (read-only): the planner prices the batch-1 row tiles of a shape at every level."""
     tab = table(shape, config.th, config.tw, config.tc, config.threads, config.nt, config.wh, config.ww)
     tab["cluster_fit"] = tab["cluster_fit"] & config.cluster
     return tab
