@@ -43,6 +43,8 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4),
            # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
            pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)]
+S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))    # layer 3's 3x3, then its pair (1x1 256->1024, 1024->256)
+PAIR = (ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)))
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
 # the one-row warp tiles, also timed alone on ResNet-152's other stride-1 3x3 shapes at batch 1 beside the plan's pick
 ROW_TILES = [KernelConfig(*f) for f in (
@@ -129,22 +131,40 @@ def stamped_sconv(k):
     return stamped(k, [(WAIT, False)], "\n}")
 
 
-def operands(gen):
-    """The chain's operands: the 3x3's input about 0.72 zeros, x's about 0.75 (layer 3's trained-like profile); two
-    regions of raw sums (the 3x3 adds into one while the pair clears the other), and the pair's epilogues."""
-    y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
-    w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
-    w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
-    w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
-    sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
-    shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
-    b1 = torch.randn(1024, generator=gen, device="cuda") * 0.1
-    b2 = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
-    res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
-    x = torch.empty((1, 14, 14, 1024), device="cuda")
-    z = torch.zeros(4, dtype=torch.int64, device="cuda")
-    epi1, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
-    return y, w3, w1, w2, sums, x, epi1, epi2, InputEpilogue(shift, z, 2)
+class Chain:
+    """Layer 3's chain and its operands: the 3x3's input about 0.72 zeros, x's about 0.75 (layer 3's trained-like
+    profile); the 3x3 adds into one of two regions of raw sums while the pair clears the other for the next block."""
+
+    def __init__(self, runner, gen):
+        self.runner = runner
+        self.y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
+        self.w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
+        self.w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
+        self.w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
+        self.sums = [torch.zeros((1, 14, 14, 256), device="cuda") for _ in range(2)]
+        shift = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.4
+        b1 = torch.randn(1024, generator=gen, device="cuda") * 0.1
+        b2 = torch.randn(256, generator=gen, device="cuda") * 0.1 - 0.45
+        res = torch.rand((1, 14, 14, 1024), generator=gen, device="cuda")
+        self.x = torch.empty((1, 14, 14, 1024), device="cuda")
+        z = torch.zeros(4, dtype=torch.int64, device="cuda")
+        self.epi1, self.epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z, 0), Epilogue(b2, None, True, z, 1)
+        self.in_epi = InputEpilogue(shift, z, 2)
+
+    def conv3(self, i, sk):
+        """The 3x3 adding its raw sums into region i % 2."""
+        a = self.sums[i % 2].permute(0, 3, 1, 2)
+        entry = {"cubin": self.runner.records[sk.name]["cubin"], "steps": sk.steps, "epilogue": False}
+        self.runner.backend.sparse_conv(sk.name, entry, self.y.permute(0, 3, 1, 2), self.w3, a, {}, None, into=a)
+
+    def pair(self, i, pk):
+        """The pair on region i % 2's sums (the 3x3's epilogue while staging), clearing the other region."""
+        self.runner.run_pair(pk, self.sums[i % 2], self.w1, self.x, self.w2, self.y, self.epi1, self.epi2,
+                             self.in_epi, zero=self.sums[(i + 1) % 2])
+
+    def block(self, i, sk, pk):
+        self.conv3(i, sk)
+        self.pair(i, pk)
 
 
 def main() -> None:
@@ -152,8 +172,7 @@ def main() -> None:
     torch.backends.cudnn.allow_tf32 = False
     runner = KernelRunner()
     gen = torch.Generator(device="cuda").manual_seed(0)
-    s3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
-    first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    s3, (first, second) = S3, PAIR
     if len(sys.argv) > 2 and sys.argv[2] == "sconv":
         return sconv(out, runner, gen)
     ks = render_sparse_ws(s3, 1, SCONV)
@@ -168,14 +187,8 @@ def main() -> None:
     bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
     if bad:
         print("compile problems:", bad, flush=True)
-    y, w3, w1, w2, sums, x, epi1, epi2, in_epi = operands(gen)
-
-    def block(i, sk, pk):   # the 3x3 adds into one sums region while the pair clears the other for the next
-        a, b = sums[i % 2], sums[(i + 1) % 2]
-        entry = {"cubin": runner.records[sk.name]["cubin"], "steps": sk.steps, "epilogue": False}
-        runner.backend.sparse_conv(sk.name, entry, y.permute(0, 3, 1, 2), w3, a.permute(0, 3, 1, 2), {}, None,
-                                   into=a.permute(0, 3, 1, 2))
-        runner.run_pair(pk, a, w1, x, w2, y, epi1, epi2, in_epi, zero=b)
+    chain = Chain(runner, gen)
+    block = chain.block
 
     if len(sys.argv) > 3 and sys.argv[2] == "ncu":
         k = next(k for tag, k, _ in pairs if tag == sys.argv[3])
@@ -196,9 +209,8 @@ def main() -> None:
             continue
         chk = runner.check_pair(k, first, second, 1, 0.7, gen) if not variants or tag == "all" else \
             {"ok": None, "err_over_allowed": None}
-        chain = [graph_call_s(torch, lambda: [block(i, ks, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
-        alone = graph_call_s(torch, lambda: runner.run_pair(k, sums[0], w1, x, w2, y, epi1, epi2, in_epi,
-                                                            zero=sums[1])) * 1e6
+        times = [graph_call_s(torch, lambda: [block(i, ks, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
+        alone = graph_call_s(torch, lambda: chain.pair(0, k)) * 1e6
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for i in range(10):
@@ -219,7 +231,7 @@ def main() -> None:
         cycles = {f"{PHASES[a]} -> {PHASES[a + 1]}": int(np.median(rec[:, 9 + a] - rec[:, 8 + a])) for a in range(7)}
         rows.append({"config": tag, "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
                      "stamped_copy_problems": bad.get(kst.name, []),
-                     "block_us": [round(c, 2) for c in chain], "pair_alone_us": round(alone, 2), "blocks": len(rec),
+                     "block_us": [round(c, 2) for c in times], "pair_alone_us": round(alone, 2), "blocks": len(rec),
                      "median_cycles": cycles,
                      "wait_to_exit_ns": int(np.median(rec[:, 7] - rec[:, 1]))})
         print(json.dumps(rows[-1]), flush=True)
@@ -241,8 +253,7 @@ def main() -> None:
 
 def sconv(out, runner, gen) -> None:
     """The chain with each 3x3 config of SCONVS and the pair on SCONV_PAIR: a block's time and the 3x3's alone."""
-    s3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))
-    first, second = ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0))
+    s3, (first, second) = S3, PAIR
     kp = pair.emitted(first, second, 1, SCONV_PAIR)
     kss = []
     for cfg in SCONVS:
@@ -251,17 +262,11 @@ def sconv(out, runner, gen) -> None:
         except ValueError as e:
             print(f"{cfg.tag()}: not rendered ({e})", flush=True)
     bad = runner.compile([kp] + [k for _, k in kss])
-    y, w3, w1, w2, sums, x, epi1, epi2, in_epi = operands(gen)
+    chain = Chain(runner, gen)
 
-    def conv3(i, sk):
-        a = sums[i % 2]
-        entry = {"cubin": runner.records[sk.name]["cubin"], "steps": sk.steps, "epilogue": False}
-        runner.backend.sparse_conv(sk.name, entry, y.permute(0, 3, 1, 2), w3, a.permute(0, 3, 1, 2), {}, None,
-                                   into=a.permute(0, 3, 1, 2))
-
-    def block(i, sk):
-        conv3(i, sk)
-        runner.run_pair(kp, sums[i % 2], w1, x, w2, y, epi1, epi2, in_epi, zero=sums[(i + 1) % 2])
+    def conv3_alone(sk):   # with a memset of its sums, which it adds into
+        chain.sums[0].zero_()
+        chain.conv3(0, sk)
 
     rows = []
     for tag, k in kss:
@@ -269,10 +274,11 @@ def sconv(out, runner, gen) -> None:
             rows.append({"config": tag, "kernel": k.name, "bad": bad.get(k.name, bad.get(kp.name))})
             continue
         chk = runner.check_conv(k, s3, 1, 0.72, gen)
-        chain = [graph_call_s(torch, lambda: [block(i, k) for i in range(2)], calls=5) * 1e6 / 2 for _ in range(2)]
-        alone = graph_call_s(torch, lambda: [s.zero_() for s in sums[:1]] and conv3(0, k)) * 1e6
+        times = [graph_call_s(torch, lambda: [chain.block(i, k, kp) for i in range(2)], calls=5) * 1e6 / 2
+                 for _ in range(2)]
+        alone = graph_call_s(torch, lambda: conv3_alone(k)) * 1e6
         rows.append({"config": tag, "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
-                     "block_us": [round(c, 2) for c in chain], "sconv_alone_us": round(alone, 2),
+                     "block_us": [round(c, 2) for c in times], "sconv_alone_us": round(alone, 2),
                      "grid": k.steps[-1].get("grid"), "block": k.steps[-1].get("block")})
         print(json.dumps(rows[-1]), flush=True)
     alone = shapes_alone(runner, gen)
