@@ -104,40 +104,46 @@ def ws_space(shape: ConvShape, one_by_one: bool = False) -> list[KernelConfig]:
         return []
     out = []
     for th, tw in (WS_TILES_1X1 if one else WS_TILES):
-        if th > shape.P or tw > shape.Q:
-            continue
         for nt in (1, 2, 4, 8):
-            nb = 32 * nt
-            if th * tw * nt > WS_ACC_MAX or shape.N % nt or not pads_within(shape.N, nb, N_WASTE_MAX):
-                continue
             for wh, ww in rules.WS_WARPS:
-                if not all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in ((shape.P, th * wh), (shape.Q, tw * ww))):
+                if not ws_tile_fits(shape, th, tw, nt, wh, ww):
                     continue
                 for tc in tc_candidates(shape.C):
                     cfg = KernelConfig(th, tw, tc, 32, nt, wh, ww)
-                    if tc >= 8 and (tc <= WS_TC_MAX_1X1 or not one or one_by_one) and rules.ws_eligible(shape, cfg):
-                        r = rules.ws_params(shape, cfg)
-                        if r["KC"] == 0 or not r["REGS_OK"]:
-                            continue
+                    if tc >= 8 and (tc <= WS_TC_MAX_1X1 or not one or one_by_one) and ws_builds(shape, cfg):
                         out.append(cfg)
     return out
 
 
+def ws_tile_fits(shape: ConvShape, th: int, tw: int, nt: int, wh: int, ww: int) -> bool:
+    """Whether a warp tile th x tw of nt channels a thread in wh x ww warps fits the shape: within the output and
+    WS_ACC_MAX accumulators, 32 threads x nt padding N by <= N_WASTE_MAX, the block tile padding P and Q by <=
+    EDGE_WASTE_MAX."""
+    if th > shape.P or tw > shape.Q or th * tw * nt > WS_ACC_MAX or shape.N % nt:
+        return False
+    return pads_within(shape.N, 32 * nt, N_WASTE_MAX) and all(
+        pads_within(n, t, EDGE_WASTE_MAX) for n, t in ((shape.P, th * wh), (shape.Q, tw * ww)))
+
+
+def ws_builds(shape: ConvShape, cfg: KernelConfig) -> bool:
+    """Whether the warp-tiled kernel takes the config (kernel_rules.ws_eligible) with a chunk whose two stages and
+    registers fit (ws_params)."""
+    if not rules.ws_eligible(shape, cfg):
+        return False
+    r = rules.ws_params(shape, cfg)
+    return r["KC"] != 0 and bool(r["REGS_OK"])
+
+
 def row_tiles(shape: ConvShape, batch: int) -> list[KernelConfig]:
-    """The ROW_TILES_B1 configs that fit a stride-1 3x3 conv at batch 1 (N and the block tile padded as ws_space
-    allows, a channel tile smaller than C, within the register and shared-memory rules); none elsewhere."""
+    """The ROW_TILES_B1 configs that fit a stride-1 3x3 conv at batch 1 as ws_space's do (ws_tile_fits, ws_builds),
+    with a channel tile smaller than C; none elsewhere."""
     if batch != 1 or (shape.R, shape.S) != (3, 3) or tuple(shape.stride) != (1, 1) or shape.N % 4 or shape.C % 4:
         return []
     out = []
-    for f in ROW_TILES_B1:
-        cfg = KernelConfig(*f)
-        block = ((shape.P, cfg.th * cfg.wh), (shape.Q, cfg.tw * cfg.ww))
-        fits = (shape.N % cfg.nt == 0 and pads_within(shape.N, 32 * cfg.nt, N_WASTE_MAX) and cfg.tc < shape.C
-                and all(pads_within(n, t, EDGE_WASTE_MAX) for n, t in block))
-        if fits and rules.ws_eligible(shape, cfg):
-            r = rules.ws_params(shape, cfg)
-            if r["KC"] and r["REGS_OK"]:
-                out.append(cfg)
+    for th, tw, tc, threads, nt, wh, ww in ROW_TILES_B1:
+        cfg = KernelConfig(th, tw, tc, threads, nt, wh, ww)
+        if tc < shape.C and ws_tile_fits(shape, th, tw, nt, wh, ww) and ws_builds(shape, cfg):
+            out.append(cfg)
     return out
 
 
