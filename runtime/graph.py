@@ -47,6 +47,16 @@ from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
 HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must outlast the rest's launch
+# the CUDA priority the pass's main chain is recorded at (a SWITCH's bodies too), above the default (0, the least)
+# that the side branches and the sums' clears keep: torch instantiates a graph with its nodes' priorities
+# (cudaGraphInstantiateFlagUseNodePriority), so where a side branch and the chain wait for the same kernel, the
+# chain's blocks take the SMs it frees first and the branch fills the rest (docs/graphs.md, "Priorities")
+MAIN_PRIORITY = -1
+
+
+def main_priority() -> int:
+    """The main chain's stream priority: MAIN_PRIORITY, or 0 (every stream alike) with SNN_PRIORITIES=0."""
+    return MAIN_PRIORITY if os.environ.get("SNN_PRIORITIES", "1") != "0" else 0
 
 
 def split_before(convs: int) -> int | None:
@@ -164,12 +174,13 @@ def append_switch(drv, torch, ctx, handle, bodies, side, pools=None):
     return node
 
 
-def own_stream(torch, drv, owner):
+def own_stream(torch, drv, owner, priority: int = 0):
     """A stream for the SWITCH bodies' captures that no one else uses. Not torch.cuda.Stream(): torch hands
     its streams out round-robin from a fixed pool, so after enough of them a "new" one can be the very
     stream torch.cuda.graph is capturing on, and a body capture begun on it fails (ILLEGAL_STATE; seen
-    with a few engines captured in one process). Destroyed when `owner` is."""
-    raw = check(drv.cuStreamCreate(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING)), "cuStreamCreate")
+    with a few engines captured in one process). Destroyed when `owner` is. `priority`: CUDA's (lower first)."""
+    raw = check(drv.cuStreamCreateWithPriority(int(drv.CUstream_flags.CU_STREAM_NON_BLOCKING), priority),
+                "cuStreamCreateWithPriority")
     weakref.finalize(owner, drv.cuStreamDestroy, raw)
     return torch.cuda.ExternalStream(int(raw))
 
@@ -295,7 +306,7 @@ class Capture:
                 for step in kentry["steps"]:
                     if step.get("op") == "launch":
                         dev.function(kentry["cubin"], step["function"])
-        self.side = own_stream(torch, dev.drv, self)
+        self.side = own_stream(torch, dev.drv, self, main_priority())   # the SWITCH bodies: the main chain
         self.clear_stream = own_stream(torch, dev.drv, self)   # the sums regions' clears, beside the convs
         self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
@@ -541,11 +552,12 @@ class _Parts:
 
     @contextlib.contextmanager
     def recording(self):
-        """As torch.cuda.graph: free cached memory, then record on a side stream until the block ends."""
+        """As torch.cuda.graph: free cached memory, then record on a side stream (at the main chain's priority)
+        until the block ends."""
         torch = self.torch
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
-        with torch.cuda.stream(torch.cuda.Stream()):
+        with torch.cuda.stream(torch.cuda.Stream(priority=main_priority())):
             self._begin()
             try:
                 yield self
