@@ -23,9 +23,10 @@ The zero counters are reset by a memset node at the start of the graph. Nothing 
 inside a forward pass; after a replay the branches and counters are copied back once, when the trace is read.
 A graph is captured per input shape (batch size) and replayed for every batch of that shape.
 
-The pass is recorded as two graphs, a short head (the first HEAD of the convs) and the rest, replayed one after
-the other: the GPU starts a graph only once its launch has submitted every node (~0.1 ms for ResNet-152 at batch
-1), so the rest's launch runs while the GPU runs the head. `SNN_GRAPH_SPLIT=0`: one graph.
+A pass with conditional nodes is recorded as two graphs, a short head (the first HEAD of the convs) and the rest,
+replayed one after the other: the GPU starts a graph only once its launch has submitted every node (~0.1 ms for
+ResNet-152 with a SWITCH a layer), so the rest's launch runs while the GPU runs the head. A pass of plain nodes
+(every layer's kernel fixed, a 16-bit pass) launches in ~0.01 ms and is one graph. `SNN_GRAPH_SPLIT=0`: one graph.
 """
 from __future__ import annotations
 
@@ -59,9 +60,12 @@ def main_priority() -> int:
     return MAIN_PRIORITY if os.environ.get("SNN_PRIORITIES", "1") != "0" else 0
 
 
-def split_before(convs: int) -> int | None:
-    """The conv the second graph starts at (None: one graph), for a pass of `convs` convs."""
-    if convs < 2 or os.environ.get("SNN_GRAPH_SPLIT", "1") == "0":
+def split_before(convs: int, decides: bool = True) -> int | None:
+    """The conv the second graph starts at (None: one graph), for a pass of `convs` convs; `decides`: whether it
+    holds conditional nodes (a layer decided on the device), whose launch is what the split hides. A graph of plain
+    nodes launches in ~0.01 ms, and there the split cost more than it hid (ResNet-152 at batch 1 on the H200: a
+    call 1.266 ms as one graph, 1.281-1.293 split; docs/results/fusion/h200/call/)."""
+    if convs < 2 or not decides or os.environ.get("SNN_GRAPH_SPLIT", "1") == "0":
         return None
     return max(1, round(convs * HEAD))
 
@@ -249,7 +253,7 @@ class Capture:
         self._aliases = handoff.value_aliases(ex.ops)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
-        self._split_at = split_before(len(ex.convs))
+        self._split_at = split_before(len(ex.convs), any(t.constant_branch() is None for t in self.tables.values()))
         self._prepare()
         self._plan_handoffs()
         self._plan_pairs()

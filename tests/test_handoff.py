@@ -246,16 +246,18 @@ def test_after_a_graph_split_no_earlier_clear_is_waited_for():
     assert b.start == 0 and waits == [] and not dirty and a not in s.live
 
 
-@pytest.mark.parametrize("split,force", [("1", "auto"), ("0", "auto"), ("1", "dense")])
-def test_a_capture_split_into_two_graphs_records_the_same_pass(tiny, monkeypatch, split, force):
+@pytest.mark.parametrize("split,force,static", [("1", "auto", False), ("0", "auto", False), ("1", "auto", True),
+                                               ("1", "dense", False)])
+def test_a_capture_split_into_two_graphs_records_the_same_pass(tiny, monkeypatch, split, force, static):
     """With a graph split the second graph begins once, at the conv split_before names among all the pass's convs
     (SNN_GRAPH_SPLIT=0: never), and the pass is the same: the reference's logits, the eager pass's counts, the sums
-    buffer left zeroed. A pass without a device-side decision (force dense, as the 16-bit engine runs) splits too."""
+    buffer left zeroed. A pass without a device-side decision (every layer static, or force dense as the 16-bit
+    engine runs) holds no conditional node and is one graph."""
     from snn.runtime import graph
     monkeypatch.setenv("SNN_GRAPH_SPLIT", split)
     sd = weights.random_init(tiny, seed=5)
     x = torch.randn(2, 3, 20, 20)
-    cache = split_cache(tiny)
+    cache = split_cache(tiny, static=static)
     ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force=force)
     cap = CpuCapture(Runner(ex), 2)
     cap.bodies = []
@@ -268,14 +270,14 @@ def test_a_capture_split_into_two_graphs_records_the_same_pass(tiny, monkeypatch
     cap.parts = Parts()
     y = ex.forward(x, capture=cap)
     cap.finish()
-    k = graph.split_before(len(tiny.convs))
-    assert Parts.at == ([] if split == "0" else [k]) and (k is None) == (split == "0")
+    k = graph.split_before(len(tiny.convs), not static and force != "dense")
+    assert Parts.at == ([] if k is None else [k]) and (k is None) == (split == "0" or static or force == "dense")
     assert 0 < (k or 1) < len(tiny.convs) == cap._convs
     assert rel_err(y, executor.reference(tiny, sd, x.double())) < 1e-5
     if force == "dense":
         assert not cap.layers and cap.sums is None
         return
-    assert not bool(cap.sums.buf.any())
+    assert cap.sums is None if not static else not bool(cap.sums.buf.any())   # a decided layer hands none over
     eager = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
     eager.forward(x)
     assert {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None} == \
