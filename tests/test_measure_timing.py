@@ -126,3 +126,34 @@ def test_a_process_that_profiled_exits_without_teardown_its_output_flushed(tmp_p
         assert (p.returncode, p.stdout, p.stderr) == (3, "results written", "note")
     else:
         assert p.returncode == 0 and p.stdout == "results written and returned\nteardown ran\n"
+
+
+def test_bench_kernel_sums_fill_each_snn_record_after_the_times(monkeypatch):
+    """bench e2e's CUPTI sums run last (e2e._kernel_sums: CUPTI stays attached and slows later launches): each
+    record gets its graph's kernel sum, the replay time taken before it, their ratio and activities per conv."""
+    from snn.runtime.measure import e2e
+
+    class Runner:
+        def __init__(self):
+            self.replayed = []
+
+        def replayer(self, x):
+            return lambda: self.replayed.append(x)
+
+    sums = []
+
+    def fake_sum(torch, fn):
+        fn()
+        sums.append(fn)
+        return {"kernel_sum_ms": 2.0, "activities_per_call": 120.0}
+
+    monkeypatch.setattr(e2e, "kernel_sum", fake_sum)
+    runs = [({"replay_ms": 2.5, "convs": 155, "median_ms": 2.6}, Runner(), "x1"),
+            ({"replay_ms": 1.0, "convs": 40, "median_ms": 1.1}, Runner(), "x2")]
+    e2e._kernel_sums(None, runs)
+    assert len(sums) == 2 and [r.replayed for _, r, _ in runs] == [["x1"], ["x2"]]
+    first, second = runs[0][0], runs[1][0]
+    assert "replay_ms" not in first and first["median_ms"] == 2.6
+    assert first["kernel_sum"] == {"kernel_sum_ms": 2.0, "activities_per_call": 120.0, "replay_ms": 2.5,
+                                   "replay_over_kernel_sum": 1.25, "activities_per_conv": 0.774}
+    assert second["kernel_sum"]["replay_over_kernel_sum"] == 0.5 and second["kernel_sum"]["activities_per_conv"] == 3.0

@@ -60,6 +60,9 @@ with torch.no_grad():
         torch.cuda.cudart().cudaProfilerStop()
         sys.exit(0)
     replay_ms = event_median_s(torch, replay, 50, warmup=5) * 1e3
+    # the host's part of a call: how long replay() takes to return, and to finish (an idle GPU before each); before
+    # CUPTI, which stays attached once used and slows every launch after it
+    launch_ms, call_ms = idle_call_ms(torch, replay)
     iters = 5
     acts = [[n, c, round(us, 3)] for n, (c, us) in sorted(cuda_activities(torch, replay, iters).items())]
     # one more replay's activities in order: [name, start us from the first one's start, duration us] (where the
@@ -67,8 +70,6 @@ with torch.no_grad():
     evs = sorted(cuda_events(torch, replay), key=lambda e: e.time_range.start)
     timeline = [[e.name, round(e.time_range.start - evs[0].time_range.start, 3), round(e.time_range.elapsed_us(), 3)]
                 for e in evs]
-    # the host's part of a call: how long replay() takes to return, and to finish (an idle GPU before each)
-    launch_ms, call_ms = idle_call_ms(torch, replay)
     # the same check over 20 more replays, the graph's output poisoned (NaN) before each: a kernel that read
     # what its predecessor had not finished writing (programmatic launches) would show here
     static_out = runner._graphs[(tuple(x.shape), x.dtype)].out
