@@ -399,7 +399,7 @@ class Executor:
         if capture is not None:
             counters = capture.counters
             if count:
-                capture.reset_counters()  # every replay starts from zero, beside the ops that use no counter
+                counters.zero_()  # a memset node: every replay starts from zero
         else:
             counters = torch.zeros(max(1, len(prog.slots)), dtype=torch.int64, device=self.device) if count else None
         x = x.to(self.device, self.dtype)

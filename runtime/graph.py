@@ -19,8 +19,7 @@ A static layer (one kernel at any sparsity) is plain nodes; where it is a split 
 conv, it hands its epilogue to that conv (runtime/handoff.py), and a pre-activation (DenseNet's norm1) that only a
 static conv reads is applied by that conv as it stages the batchnorm's input.
 
-The zero counters are reset at the start of the graph, on a side branch joined by the first op that uses one
-(lower.first_counter_use): the image's conv, which uses none, is the graph's first node. Nothing is read on the host
+The zero counters are reset by a memset node at the start of the graph. Nothing is read on the host
 inside a forward pass; after a replay the branches and counters are copied back once, when the trace is read.
 A graph is captured per input shape (batch size) and replayed for every batch of that shape.
 
@@ -45,7 +44,6 @@ from .cuda import check, import_torch
 from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
 from .kernels import counter_ptr, in_place_pitch, pixel_pitch
-from .lower import first_counter_use
 from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
@@ -253,10 +251,6 @@ class Capture:
         self._forks: dict[str, tuple] = {}    # value on the side branch -> (its end, what stays referenced)
         self.joins: list[tuple[str, str | None]] = []  # (forked value, the op joining it; None: a split, the end)
         self._aliases = handoff.value_aliases(ex.ops)
-        # the op that waits for the counters' reset (reset_counters), and that reset's event while none has
-        first = first_counter_use(ex.program)
-        self._counters_user = ex.program.ops[first] if first is not None else None
-        self._counters_reset = None
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
         self._split_at = split_before(len(ex.convs), any(t.constant_branch() is None for t in self.tables.values()))
@@ -344,31 +338,8 @@ class Capture:
             self._split()
         self._convs += 1
 
-    def reset_counters(self):
-        """Zero the counters at the start of the pass, on the clears' side branch: the ops before the first that uses
-        a counter run beside it (a graph's first node otherwise waits for it: the image's conv started 10 us after
-        the reset's fill in ResNet-152's graph, docs/results/fusion/h200/call/)."""
-        torch = self.torch
-        if self._counters_user is None or not hasattr(self, "clear_stream"):
-            self.counters.zero_()
-            return
-        self.clear_stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(self.clear_stream):
-            self.counters.zero_()
-            self._counters_reset = torch.cuda.Event()
-            self._counters_reset.record()
-
-    def _counters_ready(self):
-        """The main chain waits for the counters' reset (a split or the end joins it too)."""
-        if self._counters_reset is not None:
-            self.torch.cuda.current_stream().wait_event(self._counters_reset)
-            self._counters_reset = None
-
     def reads(self, op):
-        """Every op of the pass comes here before it is recorded: the side branch of a value it reads joins here,
-        and the counters' reset before the first op that uses a counter."""
-        if op is self._counters_user:
-            self._counters_ready()
+        """Every op of the pass comes here before it is recorded: the side branch of a value it reads joins here."""
         for v in op.inputs:
             v = self._aliases.get(v, v)
             if v in self._forks:
@@ -479,7 +450,6 @@ class Capture:
         """The end of the captured pass: the clears of the sums regions joined (every replay starts from zeros)."""
         assert not self._pending, f"handed-off epilogues never applied: {sorted(self._pending)}"
         assert not self._paired, f"pair kernels' second convs never reached: {sorted(self._paired)}"
-        self._counters_ready()
         for v in list(self._forks):
             self._join(v, None)
         if self.sums is not None and self.sums.dirty():
@@ -490,7 +460,6 @@ class Capture:
     def _split(self):
         """End the graph recorded so far and record the rest into the next one. A side branch must join its own
         graph, and the next graph waits for nothing of the last one: it runs after it, so every clear is done."""
-        self._counters_ready()
         for v in list(self._forks):
             self._join(v, None)
         if self._cleared:

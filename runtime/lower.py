@@ -418,21 +418,6 @@ def _into_concats(ops: list[Op], output: str) -> None:
                 src.attrs["concat"] = {"buffer": op.attrs["buffer"], "total": op.attrs["total"], "offset": off}
 
 
-def first_counter_use(prog: Program) -> int | None:
-    """The index of the first op that reads or writes a zero counter (None: no op does): a conv whose input is
-    measured (its dispatch reads the counter) or whose fused epilogue counts, an epilogue or count op with a slot,
-    a pool whose epilogue counts. The ops before it run while a graph resets the counters (runtime/graph.py)."""
-    for i, op in enumerate(prog.ops):
-        a = op.attrs
-        if op.kind == "conv" and (op.inputs[0] in prog.slots or (a.get("epilogue") or {}).get("slot") is not None):
-            return i
-        if op.kind in ("epilogue", "count") and a.get("slot") is not None:
-            return i
-        if op.kind in ("maxpool", "avgpool") and (a.get("epilogue") or {}).get("slot") is not None:
-            return i
-    return None
-
-
 def _liveness(ops: list[Op], output: str) -> list[list[str]]:
     """Free each value after its last reader."""
     last: dict[str, int] = {}

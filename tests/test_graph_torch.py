@@ -27,22 +27,6 @@ class CpuCapture(graph.Capture):
     def _await(self, events):
         assert events == []
 
-    def reset_counters(self):  # one stream on the CPU: garbage until the join zeroes them, so a use before it shows
-        if self._counters_user is None:
-            return super().reset_counters()
-        self.counters.fill_(1 << 40)
-        self._counters_reset = "pending"
-
-    def _counters_ready(self):
-        if self._counters_reset is not None:
-            self.counters.zero_()
-            self.counters_joined = getattr(self, "_recorded", 0)
-            self._counters_reset = None
-
-    def reads(self, op):
-        super().reads(op)
-        self._recorded = getattr(self, "_recorded", 0) + 1
-
     def _read_done(self):
         self.reads_done = getattr(self, "reads_done", 0) + 1
         self._last_read = ("read", self.reads_done)
@@ -351,24 +335,3 @@ def test_replayer_copies_the_input_in_and_returns_the_graph_replay():
     assert G.replays == 1
     with pytest.raises(KeyError):  # another shape was never captured
         runner.replayer(torch.ones(4, 3))
-
-
-def test_the_counters_reset_is_joined_by_the_first_op_that_uses_a_counter(tiny):
-    """The reset runs beside the ops before the first that reads or writes a counter (lower.first_counter_use: in the
-    tiny net the pool that counts its zeros, after the image's conv), joined there: the counts and choices are the
-    eager pass's although the counters hold garbage until the join (CpuCapture)."""
-    from snn.runtime import lower
-    sd = weights.random_init(tiny, seed=3)
-    x = torch.randn(2, 3, 20, 20)
-    cache = fake_cache(tiny, threshold=0.5)
-    ex = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
-    first = lower.first_counter_use(ex.program)
-    assert ex.program.ops[first].name == "pool1" and ex.program.ops[0].name == "conv1"
-    cap = CpuCapture(Runner(ex), 2)
-    cap.bodies = []
-    ex.forward(x, capture=cap)
-    assert cap.counters_joined == first   # the ops before it recorded, none after
-    eager = executor.Executor(tiny, sd, executor.TorchBackend(), cache, device="cpu", force="auto")
-    eager.forward(x)
-    assert {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None} == \
-        {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
