@@ -17,32 +17,21 @@ branches (runtime/branches.py; the JSON's side_branches: each forked conv and th
 Weights: random, seeded, BN-calibrated (bench e2e's), biases shifted to the network's trained-like profile.
 """
 import json
-import os
 import sys
 
-from snn.codegen.spec import load_spec
 from snn.runtime.cuda import Device
 from snn.runtime.executor import Executor, reference
 from snn.runtime.graph import GraphRunner
-from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
-from snn.runtime.measure.profiles import apply_profile, resolve_profile
-from snn.runtime.measure.timing import (Env, cuda_activities, cuda_events, event_median_s, exit_skipping_teardown,
-                                       idle_call_ms)
+from snn.runtime.measure.timing import cuda_activities, cuda_events, event_median_s, exit_skipping_teardown, idle_call_ms
+
+import trained
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
-env = Env(False)
-torch = env.torch
-net = load_spec(net_name)
-_, caches = load_caches(env, net, net_name, "generated", os.environ.get("GPU", "h100"), [batch])
-sd, _ = load_weights(env, net, None, 0)
-pool, _ = load_image_pool(net, photos, batch, 0)
-pool = pool.to(env.device)
-profile = resolve_profile("trained", net)
+t = trained.load(net_name, batch, photos)
+env, torch, net, profile, sd_p, x = t.env, t.torch, t.net, t.profile, t.sd, t.x
+caches = {batch: t.cache}
 with torch.no_grad():
-    sd_p, report = apply_profile(net, sd, pool, profile)
-    sd_p = {k: v.detach().cpu() for k, v in sd_p.items()}
-    x = pool[:batch].contiguous()
     ex = Executor(net, sd_p, env.backend(caches[batch]), caches[batch], str(env.device), "auto")
     runner = GraphRunner(ex, Device())
     y = runner(x)

@@ -1,6 +1,6 @@
 """What a forward call costs beyond its graph's replay, at the graph's split points (runtime/graph.py HEAD; none:
-one graph), on the trained-like profile as breakdown.py sets it up; per split, in rounds (every split once a round,
-so that drift falls on all alike):
+one graph; every variant split, conditional nodes or not), on the trained-like profile (trained.py); per split,
+in rounds (every split once a round, so that drift falls on all alike):
 
 - replay: CUDA events around the replay (both graphs), median of 50 (the breakdown's measure);
 - idle: the replay from an idle GPU, until replay() returns (the host's launches) and until the GPU is done;
@@ -16,27 +16,20 @@ import statistics
 import sys
 import time
 
-from snn.codegen.spec import load_spec
 from snn.runtime import graph
 from snn.runtime.cuda import Device
 from snn.runtime.executor import Executor
 from snn.runtime.graph import GraphRunner
-from snn.runtime.measure.inputs import load_caches, load_image_pool, load_weights
-from snn.runtime.measure.profiles import apply_profile, resolve_profile
-from snn.runtime.measure.timing import Env, event_median_s, exit_skipping_teardown, idle_call_ms, wall_times_ms
+from snn.runtime.measure.timing import event_median_s, exit_skipping_teardown, idle_call_ms, wall_times_ms
+
+import trained
 
 HEADS = [None, 1 / 16, 1 / 8, 1 / 4]   # None: one graph
 ROUNDS = 3
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-env = Env(False)
-torch = env.torch
-net = load_spec(net_name)
-_, caches = load_caches(env, net, net_name, "generated", os.environ.get("GPU", "h100"), [batch])
-sd, _ = load_weights(env, net, None, 0)
-pool, _ = load_image_pool(net, photos, batch, 0)
-pool = pool.to(env.device)
-profile = resolve_profile("trained", net)
+t = trained.load(net_name, batch, photos)
+env, torch, net, profile, pool, sd_p, x = t.env, t.torch, t.net, t.profile, t.pool, t.sd, t.x
 dev = Device()
 
 
@@ -46,24 +39,25 @@ def parts_ms(parts, reps=30):
         row = []
         for g in parts.graphs:
             torch.cuda.synchronize()
-            t = time.perf_counter()
+            t0 = time.perf_counter()
             g.replay()
-            row.append((time.perf_counter() - t) * 1e3)
+            row.append((time.perf_counter() - t0) * 1e3)
         out.append(row)
     torch.cuda.synchronize()
     return [round(statistics.median(r[i] for r in out), 4) for i in range(len(out[0]))]
 
 
 with torch.no_grad():
-    sd_p, _ = apply_profile(net, sd, pool, profile)
-    sd_p = {k: v.detach().cpu() for k, v in sd_p.items()}
-    x = pool[:batch].contiguous()
     inputs = [pool[i:i + batch].contiguous() for i in range(0, pool.shape[0] - batch + 1, batch)] or [x]
     runners = {}
+    # every pass split where the variant says, decided on the device or not (graph.split_before splits only a pass
+    # with conditional nodes)
+    split_before = graph.split_before
+    graph.split_before = lambda convs, decides: split_before(convs, True)
     for head in HEADS:
         os.environ["SNN_GRAPH_SPLIT"] = "0" if head is None else "1"
         graph.HEAD = head or graph.HEAD
-        ex = Executor(net, sd_p, env.backend(caches[batch]), caches[batch], str(env.device), "auto")
+        ex = Executor(net, sd_p, env.backend(t.cache), t.cache, str(env.device), "auto")
         r = GraphRunner(ex, dev)
         r(x)                                   # the capture, at this split
         runners[head] = r
