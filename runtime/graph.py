@@ -26,7 +26,8 @@ A graph is captured per input shape (batch size) and replayed for every batch of
 A pass with conditional nodes is recorded as two graphs, a short head (the first HEAD of the convs) and the rest,
 replayed one after the other: the GPU starts a graph only once its launch has submitted every node (~0.1 ms for
 ResNet-152 with a SWITCH a layer), so the rest's launch runs while the GPU runs the head. A pass of plain nodes
-(every layer's kernel fixed, a 16-bit pass) launches in ~0.01 ms and is one graph. `SNN_GRAPH_SPLIT=0`: one graph.
+(every layer's kernel fixed, a 16-bit pass) launches in ~0.01-0.03 ms and is one graph up to ONE_GRAPH_MAX_CONVS
+convs. `SNN_GRAPH_SPLIT=0`: one graph.
 """
 from __future__ import annotations
 
@@ -48,11 +49,16 @@ from .manifest import build_command
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
 HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must outlast the rest's launch
-# the CUDA priority the pass's main chain is recorded at (a SWITCH's bodies too), above the default (0, the least)
-# that the side branches and the sums' clears keep: torch instantiates a graph with its nodes' priorities
-# (cudaGraphInstantiateFlagUseNodePriority), so where a side branch and the chain wait for the same kernel, the
-# chain's blocks take the SMs it frees first and the branch fills the rest (docs/graphs.md, "Priorities")
+# the CUDA priority the pass's main chain is recorded at (a SWITCH's bodies and the sums' clears too, which the
+# chain's next producers wait for), above the default (0, the least) that the side branches keep: torch
+# instantiates a graph with its nodes' priorities (cudaGraphInstantiateFlagUseNodePriority), so where a side branch
+# and the chain wait for the same kernel, the chain's blocks take the SMs it frees first and the branch fills the
+# rest (docs/graphs.md, "Priorities")
 MAIN_PRIORITY = -1
+# a pass of plain nodes of up to this many convs is one graph: its launch (~0.08 us a node) is shorter than what a
+# split costs at the join; ResNet-152 (155 convs, 113 nodes at batch 1) ran faster as one, DenseNet-201 (200 convs,
+# 216 nodes: 0.025 ms to launch) slower (docs/results/fusion/h200/call/)
+ONE_GRAPH_MAX_CONVS = 160
 
 
 def main_priority() -> int:
@@ -62,10 +68,11 @@ def main_priority() -> int:
 
 def split_before(convs: int, decides: bool = True) -> int | None:
     """The conv the second graph starts at (None: one graph), for a pass of `convs` convs; `decides`: whether it
-    holds conditional nodes (a layer decided on the device), whose launch is what the split hides. A graph of plain
-    nodes launches in ~0.01 ms, and there the split cost more than it hid (ResNet-152 at batch 1 on the H200: a
-    call 1.266 ms as one graph, 1.281-1.293 split; docs/results/fusion/h200/call/)."""
-    if convs < 2 or not decides or os.environ.get("SNN_GRAPH_SPLIT", "1") == "0":
+    holds conditional nodes (a layer decided on the device), whose launch (~0.1 ms) is what the split hides. A
+    graph of plain nodes launches in ~0.01-0.03 ms: up to ONE_GRAPH_MAX_CONVS convs the split cost more than it hid
+    (ResNet-152 at batch 1 on the H200: a call 1.266 ms as one graph, 1.281-1.293 split), beyond it less
+    (DenseNet-201: 1.197 / 1.196 ms split, 1.219 / 1.213 as one graph; docs/results/fusion/h200/call/)."""
+    if convs < 2 or (not decides and convs <= ONE_GRAPH_MAX_CONVS) or os.environ.get("SNN_GRAPH_SPLIT", "1") == "0":
         return None
     return max(1, round(convs * HEAD))
 
@@ -311,7 +318,7 @@ class Capture:
                     if step.get("op") == "launch":
                         dev.function(kentry["cubin"], step["function"])
         self.side = own_stream(torch, dev.drv, self, main_priority())   # the SWITCH bodies: the main chain
-        self.clear_stream = own_stream(torch, dev.drv, self)   # the sums regions' clears, beside the convs
+        self.clear_stream = own_stream(torch, dev.drv, self, main_priority())   # the sums regions' clears
         self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")

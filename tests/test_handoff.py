@@ -282,3 +282,16 @@ def test_a_capture_split_into_two_graphs_records_the_same_pass(tiny, monkeypatch
     eager.forward(x)
     assert {t.name: t.sparsity for t in cap.trace(ex.last_trace) if t.sparsity is not None} == \
         {t.name: t.sparsity for t in eager.last_trace if t.sparsity is not None}
+
+
+def test_a_pass_of_plain_nodes_is_one_graph_up_to_its_size(monkeypatch):
+    """A split where a layer is decided on the device (its SWITCH nodes launch slowly), or where the pass is larger
+    than graph.ONE_GRAPH_MAX_CONVS (ResNet-152's 155 convs one graph, DenseNet-201's 200 split); never with
+    SNN_GRAPH_SPLIT=0."""
+    from snn.runtime import graph
+    monkeypatch.delenv("SNN_GRAPH_SPLIT", raising=False)
+    assert graph.split_before(155, True) == round(155 * graph.HEAD)
+    assert graph.split_before(155, False) is None and graph.split_before(graph.ONE_GRAPH_MAX_CONVS, False) is None
+    assert graph.split_before(200, False) == 25 and graph.split_before(1, True) is None
+    monkeypatch.setenv("SNN_GRAPH_SPLIT", "0")
+    assert graph.split_before(200, True) is None
