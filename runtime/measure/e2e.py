@@ -105,8 +105,9 @@ def _snn_run(env, net, sd_cpu, cache, sets, targets, graphs, reps, warmup, nv, B
 def _kernel_sums(torch, profiled) -> None:
     """Each graph's CUPTI kernel sum into its run's record, once every time of the bench has been taken: CUPTI
     stays attached to the process after torch.profiler ends (kineto does not tear it down), and a launch costs
-    more from then on, so a time taken after it would carry that (a graph's launch from an idle GPU: ResNet-152's
-    0.01 ms -> 0.05-0.07 ms at batch 1, docs/results/fusion/h200/call/ against .../bench/)."""
+    more from then on, so a time taken after it would carry that (ResNet-152's two graphs at batch 1 launched from
+    an idle GPU in 0.017 ms without CUPTI, docs/results/fusion/h200/call/call_probe.log, and in 0.04-0.10 ms after
+    it, .../priorities/). The runners stay alive until then."""
     for rec, runner, x in profiled:
         ks = rec["kernel_sum"] = kernel_sum(torch, runner.replayer(x))
         ks["replay_ms"] = rec.pop("replay_ms")
