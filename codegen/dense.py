@@ -70,7 +70,7 @@ WARP_MIN_SPLIT = 4
 # (one warp a scheduler at batch 1); the tensor cores take a k8 step of a 16 x 8 fragment in three instructions
 # where the FFMAs take 32. Four warps a slice, each the tile's pixels x a quarter of its channels (bn / 4: whole n8
 # fragments); offered beside the FFMA tiles at every batch the kernel is, with the same K splits. Measured on the H200
-# (docs/results/fusion/h200/tf32x3): ResNet-152 1.40 -> 1.33 ms at batch 1, 5.39 -> 5.20 at batch 8; DenseNet-201
+# (docs/results/fusion/h200/tf32x3, in git history at 620bd5b): ResNet-152 1.40 -> 1.33 ms at batch 1, 5.39 -> 5.20 at batch 8; DenseNet-201
 # no faster.
 MMA_TILES = ((32, 128, 128, 1), (32, 128, 128, 2), (32, 64, 128, 2), (64, 64, 128, 2))
 MMA_MACS_PER_CLOCK = 512   # TF32 multiply-adds an SM a clock through mma.sync (about half the datasheet's rate)
