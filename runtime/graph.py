@@ -55,9 +55,7 @@ HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must
 # and the chain wait for the same kernel, the chain's blocks take the SMs it frees first and the branch fills the
 # rest (docs/graphs.md, "Priorities")
 MAIN_PRIORITY = -1
-# a pass of plain nodes of up to this many convs is one graph: its launch (~0.08 us a node) is shorter than what a
-# split costs at the join; ResNet-152 (155 convs, 113 nodes at batch 1) ran faster as one, DenseNet-201 (200 convs,
-# 216 nodes: 0.025 ms to launch) slower (docs/results/fusion/h200/call/)
+# a pass of plain nodes of up to this many convs is one graph (split_before says why)
 ONE_GRAPH_MAX_CONVS = 160
 
 
