@@ -8,10 +8,11 @@ in rounds (every split once a round, so that drift falls on all alike):
 - call: GraphRunner.forward (the image copied in, the replay, the logits copied out) between two syncs, as
   `bench e2e` times snn (measure.timing.wall_times_ms), median of 50.
 
-    python3 call_probe.py NET BATCH PHOTO_DIR OUT.json        (the table on stdout)
+    [HEADS=none,1/16,1/8,1/4] python3 call_probe.py NET BATCH PHOTO_DIR OUT.json        (the table on stdout)
 """
 import json
 import os
+from fractions import Fraction
 import statistics
 import sys
 import time
@@ -24,7 +25,8 @@ from snn.runtime.measure.timing import event_median_s, exit_skipping_teardown, i
 
 import trained
 
-HEADS = [None, 1 / 16, 1 / 8, 1 / 4]   # None: one graph
+# the splits, as the head's share of the convs (env HEADS, e.g. "none,1/155,1/16"; none: one graph)
+HEADS = [None if h == "none" else float(Fraction(h)) for h in os.environ.get("HEADS", "none,1/16,1/8,1/4").split(",")]
 ROUNDS = 3
 
 net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -72,7 +74,7 @@ with torch.no_grad():
                                "idle_done": done, "parts": parts_ms(st.graph), "call": call,
                                "graphs": len(st.graph.graphs)})
 doc = {"network": net.name, "batch": batch, "profile": profile.name, "rounds": ROUNDS,
-       "heads": {("none" if h is None else f"1/{round(1 / h)}"): v for h, v in rows.items()}}
+       "heads": {("none" if h is None else str(Fraction(h).limit_denominator(1000))): v for h, v in rows.items()}}
 with open(out_path, "w") as f:
     json.dump(doc, f, indent=1)
 print(f"{net.name} batch {batch}, {profile.name}: ms, medians over {ROUNDS} rounds (each a median itself)\n")
