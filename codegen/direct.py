@@ -29,7 +29,7 @@ SMEM_LIMIT = 48 * 1024   # static shared memory
 class DirectConfig:
     th: int = 4         # output rows a block
     tw: int = 8         # output columns a block
-    threads: int = 64   # 8 channel groups x threads / 8 pixel groups: tw divides the groups, th * tw / groups pixels a thread
+    threads: int = 128  # 8 channel groups x threads / 8 pixel groups: tw divides the groups, th * tw / groups pixels a thread
     nchw: bool = False  # reads its input NCHW: the network's image as the caller gives it, with no copy to NHWC first
 
     def tag(self) -> str:

@@ -32,8 +32,8 @@ def test_it_takes_an_images_few_channels_and_whole_64_channel_tiles():
 def test_render():
     k = direct.emitted(STEM, 1)
     step = k.steps[0]
-    assert k.name == "dirconv_r7s7_str2_pad3_c3n64_h224w224_t4x8n64_b1" and k.epilogue and k.weight_layout == "CRSN"
-    assert step["args"] == CONV_ARGS and step["pdl"] and step["grid"] == [14, 28, 1] and step["block"] == [64, 1, 1]
+    assert k.name == "dirconv_r7s7_str2_pad3_c3n64_h224w224_t4x8n128_b1" and k.epilogue and k.weight_layout == "CRSN"
+    assert step["args"] == CONV_ARGS and step["pdl"] and step["grid"] == [14, 28, 1] and step["block"] == [128, 1, 1]
     assert direct.emitted(ODD, 3).steps[0]["grid"] == [1, 2, 6]   # 7 x 6 output: 2 x 1 ragged tiles; batch 3 x 2 channel tiles
     assert direct.emitted(STEM, 1, direct.DirectConfig(8, 8, 64)).steps[0]["grid"] == [14, 14, 1]
     with pytest.raises(ValueError, match="pixel groups"):
@@ -80,7 +80,7 @@ def test_build_records_the_images_conv_per_batch_and_the_loader_checks_it(tmp_pa
     image = dataclasses.replace(direct.CONFIG, nchw=True)   # it reads the image: NCHW, as the caller holds it
     assert m["direct"] == {"stem": {"1": image.name(stem, 1), "2": image.name(stem, 2)}}
     k = m["kernels"][m["direct"]["stem"]["2"]]
-    assert k["config"] == {"family": "direct", "th": 4, "tw": 8, "threads": 64, "nchw": True} and k["batch"] == 2
+    assert k["config"] == {"family": "direct", "th": 4, "tw": 8, "threads": 128, "nchw": True} and k["batch"] == 2
     assert k["epilogue"] and k["input_layout"] == "NCHW"
     assert all("input_layout" not in e for n, e in m["kernels"].items() if n not in m["direct"]["stem"].values())
     assert [lay["name"] for lay in m["layers"]] == ["a"]   # the stem is no planned layer

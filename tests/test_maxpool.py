@@ -31,7 +31,7 @@ nodes:
 def test_render_per_precision():
     fn, src = render_maxpool()
     assert fn == maxpool_function() == "snn_maxpool" and "float4" in src and "#include" not in src
-    assert f"__launch_bounds__({MAXPOOL_THREADS}, 4)\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
+    assert f"__launch_bounds__({MAXPOOL_THREADS}, 3)\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
     assert MAXPOOL_EPILOGUE["fp32"] and "int relu, unsigned long long* __restrict__ zeros)" in src   # its producer's
     assert avgpool_function() == "snn_avgpool" and "\nsnn_avgpool(" in src and "scale[c]" in src   # the average pool
     for p in ("bf16", "fp16"):

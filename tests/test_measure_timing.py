@@ -97,7 +97,7 @@ def test_activity_kinds_name_snns_own_convs_apart_from_cudnn():
     from snn.runtime.measure.timing import activity_kind
     assert activity_kind("sconv_r1s1_str1_pad0_c64n64_h56w56_th1tw8tc16_t32n2_b1") == "sparse conv"
     assert activity_kind("dconv_r3s3_str1_pad1_c256n256_h14w14_m32n64k4t128_b1") == "dense conv (snn)"
-    assert activity_kind("dirconv_r7s7_str2_pad3_c3n64_h224w224_t4x8n64nchw_b1") == "dense conv (snn)"   # not cuDNN's
+    assert activity_kind("dirconv_r7s7_str2_pad3_c3n64_h224w224_t4x8n128nchw_b1") == "dense conv (snn)"   # not cuDNN's
     assert activity_kind("dpair_r1s1_str1_pad0_c256n1024_h14w14_n256_m32n64t128s1p2_b1") == "conv pair (snn)"
     assert activity_kind("tconv_r3s3_str1_pad1_c256n256_h14w14_m64n64k8s3c64_b1_bf16") == "tensor-core conv (snn)"
     assert activity_kind("void convolve_common_engine_float_NHWC<float>") == "cuDNN conv / gemm"
