@@ -33,6 +33,9 @@ def test_render_per_precision():
     assert fn == maxpool_function() == "snn_maxpool" and "float4" in src and "#include" not in src
     assert f"__launch_bounds__({MAXPOOL_THREADS}, 3)\nsnn_maxpool(" in src and "griddepcontrol.wait" in src
     assert MAXPOOL_EPILOGUE["fp32"] and "int relu, unsigned long long* __restrict__ zeros)" in src   # its producer's
+    # a 3x3 window's nine loads are all issued before its first max; other windows take the loop
+    three = src.index("if (KH == 3 && KW == 3) {")
+    assert three < src.index("u[k] = *reinterpret_cast<const VT*>") < src.index("if (in[k]) {") < src.index("} else {", three)
     assert avgpool_function() == "snn_avgpool" and "\nsnn_avgpool(" in src and "scale[c]" in src   # the average pool
     for p in ("bf16", "fp16"):
         fn, src = render_maxpool(p)

@@ -12,10 +12,10 @@ in rounds (every split once a round, so that drift falls on all alike):
 """
 import json
 import os
-from fractions import Fraction
 import statistics
 import sys
 import time
+from fractions import Fraction
 
 from snn.runtime import graph
 from snn.runtime.cuda import Device
