@@ -22,7 +22,8 @@ import sys
 from snn.runtime.cuda import Device
 from snn.runtime.executor import Executor, reference
 from snn.runtime.graph import GraphRunner
-from snn.runtime.measure.timing import cuda_activities, cuda_events, event_median_s, exit_skipping_teardown, idle_call_ms
+from snn.runtime.measure.timing import (cuda_activities, cuda_events, event_median_s, exit_skipping_teardown,
+                                       idle_call_ms)
 
 import trained
 
@@ -30,9 +31,8 @@ net_name, batch, photos, out_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], 
 profile_one = out_path == "--profile-one"  # one replay between cudaProfilerStart/Stop, for Nsight Compute
 t = trained.load(net_name, batch, photos)
 env, torch, net, profile, sd_p, x = t.env, t.torch, t.net, t.profile, t.sd, t.x
-caches = {batch: t.cache}
 with torch.no_grad():
-    ex = Executor(net, sd_p, env.backend(caches[batch]), caches[batch], str(env.device), "auto")
+    ex = Executor(net, sd_p, env.backend(t.cache), t.cache, str(env.device), "auto")
     runner = GraphRunner(ex, Device())
     y = runner(x)
     ref = reference(net, sd_p, x.double().cpu(), dtype=torch.float64)

@@ -25,7 +25,8 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     rows = []
     for batch in (1, 8):
-        ks = [direct.emitted(SHAPE, batch, direct.DirectConfig(th, tw, n, nchw=True)) for th, tw, n in CONFIGS]
+        cfgs = [direct.DirectConfig(th, tw, n, nchw=True) for th, tw, n in CONFIGS]
+        ks = [direct.emitted(SHAPE, batch, cfg) for cfg in cfgs]
         bad = runner.compile(ks)
         x_nchw = torch.randn((batch, 3, 224, 224), generator=gen, device="cuda")
         x = x_nchw.permute(0, 2, 3, 1)   # NHWC view of the NCHW image: the runner passes it on without a copy
@@ -34,9 +35,9 @@ def main() -> None:
         out = torch.empty((batch, 112, 112, 64), device="cuda")
         zeros = torch.zeros(1, dtype=torch.int64, device="cuda")
         epi = Epilogue(b, None, True, zeros, 0)
-        for k, (th, tw, n) in zip(ks, CONFIGS):
-            row = {"batch": batch, "kernel": k.name, "registers": runner.records[k.name]["functions"][k.name]["registers"],
-                   "problems": bad.get(k.name)}
+        for k, cfg in zip(ks, cfgs):
+            row = {"batch": batch, "kernel": k.name, "config": cfg.tag(), "pixels": cfg.pixels(),
+                   "registers": runner.records[k.name]["functions"][k.name]["registers"], "problems": bad.get(k.name)}
             if k.name not in bad:
                 chk = runner.check_conv(k, SHAPE, batch, 0.0, gen, form=1)
                 row["check"] = {key: chk[key] for key in ("ok", "err_over_allowed", "zeros", "zeros_expected", "nan")}
@@ -47,8 +48,8 @@ def main() -> None:
         json.dump({"gpu": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
     print("\nthe image's 7x7 stem conv, direct kernel, us (ten back to back in a CUDA graph)\n")
     print("| batch | config | pixels a thread | registers | us | check |\n|---|---|---|---|---|---|")
-    for r, (th, tw, n) in zip(rows, CONFIGS * 2):
-        print(f"| {r['batch']} | t{th}x{tw}n{n} | {th * tw // (n // 8)} | {r['registers']} | {r.get('us')} | "
+    for r in rows:
+        print(f"| {r['batch']} | {r['config']} | {r['pixels']} | {r['registers']} | {r.get('us')} | "
               f"{r.get('check', r.get('problems'))} |")
 
 
