@@ -70,7 +70,7 @@ def main() -> None:
                        [(src.data_ptr(), PTR), (dst.data_ptr(), PTR), (early, I32)], pdl)
             state.reverse()
         t10, t110 = (graph_call_s(torch, step, calls=k) * k for k in (10, 110))
-        out["chain_us"][f"{'programmatic' if pdl else 'plain'}{', trigger at start' if early else ''}"] = \
+        out["chain_us"][f"{'programmatic' if pdl else 'plain'} launches{', trigger at the start' if early else ''}"] = \
             round((t110 - t10) / 100 * 1e6, 3)
 
     sink = torch.ones(BLOCKS, device="cuda")
@@ -87,12 +87,14 @@ def main() -> None:
         out["barrier_us"][f"{blocks} blocks"] = round((t[1001] - t[1]) / 1000 * 1e6, 3)
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)
-    print(f"{out['gpu']}: us a kernel boundary (a step of {BLOCKS} x {THREADS} threads in a CUDA graph) and a grid-wide "
-          "barrier inside one kernel\n\n| what | us |\n|---|---|")
-    for k, v in out["chain_us"].items():
-        print(f"| boundary, {k} launches | {v:.3f} |")
-    for k, v in out["barrier_us"].items():
-        print(f"| grid barrier, {k} | {v:.3f} |")
+    print(table(out))
+
+
+def table(out: dict) -> str:
+    rows = [f"| boundary, {k} | {v:.3f} |" for k, v in out["chain_us"].items()]
+    rows += [f"| grid barrier, {k} | {v:.3f} |" for k, v in out["barrier_us"].items()]
+    return (f"{out['gpu']}: us a kernel boundary (a step of {BLOCKS} x {THREADS} threads in a CUDA graph) and a "
+            "grid-wide barrier inside one kernel\n\n| what | us |\n|---|---|\n" + "\n".join(rows))
 
 
 if __name__ == "__main__":
