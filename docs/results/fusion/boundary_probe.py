@@ -31,7 +31,9 @@ extern "C" __global__ void grid_barrier(int n, unsigned* counter, const float* s
             const unsigned target = (unsigned)(i + 1) * gridDim.x;
             unsigned v;
             asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(counter) : "memory");
-            do { asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory"); } while (v < target);
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(counter) : "memory");
+            } while (v < target);
         }
         __syncthreads();
         acc += sink[(blockIdx.x + i) % gridDim.x];   // a read after each barrier, as a layer's first load would be
@@ -69,25 +71,28 @@ def main() -> None:
             dev.launch(cub["chain_step"], "chain_step", (BLOCKS, 1, 1), (THREADS, 1, 1), 0,
                        [(src.data_ptr(), PTR), (dst.data_ptr(), PTR), (early, I32)], pdl)
             state.reverse()
-        t10, t110 = (graph_call_s(torch, step, calls=k) * k for k in (10, 110))
         out["chain_us"][f"{'programmatic' if pdl else 'plain'} launches{', trigger at the start' if early else ''}"] = \
-            round((t110 - t10) / 100 * 1e6, 3)
+            marginal_us(lambda k: graph_call_s(torch, step, calls=k) * k, 10, 110)
 
     sink = torch.ones(BLOCKS, device="cuda")
     res = torch.zeros(1, device="cuda")
     counter = torch.zeros(1, dtype=torch.int32, device="cuda")
     for blocks in (112, BLOCKS):
-        t = {}
-        for n in (1, 1001):
-            def run(n=n, blocks=blocks):
-                counter.zero_()
-                dev.launch(cub["grid_barrier"], "grid_barrier", (blocks, 1, 1), (THREADS, 1, 1), 0,
-                           [(n, I32), (counter.data_ptr(), PTR), (sink.data_ptr(), PTR), (res.data_ptr(), PTR)])
-            t[n] = event_median_s(torch, run, 20)
-        out["barrier_us"][f"{blocks} blocks"] = round((t[1001] - t[1]) / 1000 * 1e6, 3)
+        def run(n, blocks=blocks):
+            counter.zero_()
+            dev.launch(cub["grid_barrier"], "grid_barrier", (blocks, 1, 1), (THREADS, 1, 1), 0,
+                       [(n, I32), (counter.data_ptr(), PTR), (sink.data_ptr(), PTR), (res.data_ptr(), PTR)])
+        out["barrier_us"][f"{blocks} blocks"] = marginal_us(lambda n: event_median_s(torch, lambda: run(n), 20),
+                                                            1, 1001)
     with open(sys.argv[1], "w") as f:
         json.dump(out, f, indent=1)
     print(table(out))
+
+
+def marginal_us(total_s, lo: int, hi: int) -> float:
+    """Microseconds one more step adds: total_s(n) is the seconds of n steps; its slope from lo to hi steps."""
+    t_lo = total_s(lo)
+    return round((total_s(hi) - t_lo) / (hi - lo) * 1e6, 3)
 
 
 def table(out: dict) -> str:
