@@ -211,9 +211,10 @@ def check_pre(pre: ConvShape, first: ConvShape, cfg: PairConfig) -> None:
         raise ValueError(f"{pre.tag()}: {pre.C} input channels in {ks} blocks of chunks of {PRE_WC}")
 
 
-def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None):
+def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None,
+            pre_dense: bool = False):
     from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
-    fn, src = render(first, second, batch, cfg, pre)
+    fn, src = render(first, second, batch, cfg, pre, pre_dense)
     ks = first.N // cfg.bn1
     steps = [{"op": "launch", "function": fn, "grid": grid(first, batch, cfg, pre), "block": [cfg.block_threads, 1, 1],
               "smem": smem_bytes(first, second, cfg, pre),
@@ -233,14 +234,15 @@ def _pre_pixels(pre: ConvShape) -> list[tuple[int, int, int, list[tuple[int, int
     return out
 
 
-def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig,
-           pre: ConvShape | None = None) -> tuple[str, str]:
-    """(function name, CUDA source)."""
+def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None,
+           pre_dense: bool = False) -> tuple[str, str]:
+    """(function name, CUDA source). pre_dense: the pre conv's FMAs for every window pixel, no test a pixel."""
     from .emit import _env
     check(first, second, cfg, pre)
-    fn = cfg.name(first, second, batch) if pre is None else f"dtriple_{pre.tag()}_n{first.N}_n{second.N}_{cfg.tag()}_b{batch}"
+    fn = cfg.name(first, second, batch) if pre is None else (
+        f"dtriple_{pre.tag()}_n{first.N}_n{second.N}_{cfg.tag()}{'_d' if pre_dense else ''}_b{batch}")
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
-         "MT": pre_tile(pre, cfg), "PRE": pre is not None,
+         "MT": pre_tile(pre, cfg), "PRE": pre is not None, "PRE_DENSE": pre_dense,
          "BN1": cfg.bn1, "BK": cfg.bk, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
          "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}

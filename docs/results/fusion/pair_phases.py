@@ -69,8 +69,11 @@ SCONVS = [SCONV] + ROW_TILES + [KernelConfig(*f) for f in (
 SCONV_PAIR = pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)
 SCONV_ROW = KernelConfig(1, 7, 8, 32, 2, 7, 2)   # the 3x3 the network runs at batch 1 (calibrated: rows/)
 # the pair configs run with the 3x3 inside: the network's (8 warps: a warp 64 of the 3x3's channels), the same with
-# 32-channel chunks, and 4 warps (128 channels a warp, 4 a lane)
-TRIPLES = [SCONV_PAIR, pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4), pair.PairConfig(32, 64, 128, 1, 2, True, 32)]
+# 32-channel chunks, 4 warps (128 channels a warp, 4 a lane),
+# 16 warps (32 channels a warp, one a lane); each with the 3x3's FMAs for every window pixel, untested (dense)
+TRIPLES = [(cfg, dense) for cfg in (SCONV_PAIR, pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4),
+                                    pair.PairConfig(32, 64, 128, 1, 2, True, 32),
+                                    pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4)) for dense in (False, True)]
 TRIPLE_PHASES = ["entry", "wait", "3x3 atomics", "cluster barrier", "conv1", "conv2", "cluster sum", "y store"]
 LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
 # source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
@@ -333,7 +336,8 @@ def triple(out, runner, gen) -> None:
     """The chain as one launch a block (each config of TRIPLES) against the network's two (SCONV_ROW + SCONV_PAIR)."""
     s3, (first, second) = S3, PAIR
     ks, kp = render_sparse(s3, 1, SCONV_ROW), pair.emitted(first, second, 1, SCONV_PAIR)
-    tks = [(cfg.tag(), pair.emitted(first, second, 1, cfg, s3)) for cfg in TRIPLES]
+    tks = [(cfg.tag() + (" dense" if dense else ""), pair.emitted(first, second, 1, cfg, s3, dense))
+           for cfg, dense in TRIPLES]
     tks = [(tag, k, stamped_triple(k)) for tag, k in tks]
     bad = runner.compile([ks, kp] + [k for _, k, _ in tks] + [kst for _, _, kst in tks])
     if bad:
