@@ -7,11 +7,6 @@ blocks of one cluster own a tile of pixels: each computes a slice of x's channel
 range, keeps it in shared memory, and that slice is its share of the second conv's K range, summed with the
 cluster's in distributed shared memory as the dense kernel's K split is (codegen/dense.py). x never travels
 back from L2 for the second conv, and the second conv's weights arrive while the first runs.
-
-With a `pre` conv (a ResNet block's 3x3, whose output the first conv reads) the launch also runs it: the cluster's
-tile is then whole rows of the map, each block adds the 3x3's sums over its share of the 3x3's input channels into
-the zeroed raw-sums buffer (atomics, as a sparse channel split does), and after a cluster barrier the pair stages
-them as a producer's raw sums. A ResNet bottleneck's chain is then one launch a block, not two.
 """
 from __future__ import annotations
 
@@ -102,17 +97,11 @@ def stage_floats(cfg: PairConfig) -> int:
     return max(cfg.stages * cfg.bm * (cfg.bk + 4) + cfg.stages * cfg.bk * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
-def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig, pre: ConvShape | None = None) -> int:
-    """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2); with
-    a pre conv, its weights and window over the last three where they are larger."""
+def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    pair_floats = stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
-    if pre is None:
-        return pair_floats
-    cpr = pre.C // ks
-    window = (pre_rows(pre, cfg) + 2) * (pre.W + 2) + 1
-    return max(pair_floats, stage_floats(cfg) + first.C + cpr * 9 * pre.N + (cpr + 1) * window)
+    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
@@ -120,11 +109,11 @@ def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
     return cfg.slices == 1 or cfg.slices * cfg.bm * (second.N + 4) <= stage_floats(cfg) + first.C + cfg.bn1 * second.N
 
 
-def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig, pre: ConvShape | None = None) -> int:
-    return 4 * smem_floats(first, second, cfg, pre)
+def smem_bytes(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    return 4 * smem_floats(first, second, cfg)
 
 
-def check(first: ConvShape, second: ConvShape, cfg: PairConfig, pre: ConvShape | None = None) -> None:
+def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if not eligible(first, second):
         raise ValueError(f"{first.tag()} -> {second.tag()}: two stride-1 1x1 convs, C % {BK} == 0 and "
                          f"N % {4 * TX} == 0")
@@ -151,14 +140,12 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig, pre: ConvShape |
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
                          f"and the W2 share")
-    if pre is not None:
-        check_pre(pre, first, cfg)
-    if smem_bytes(first, second, cfg, pre) > SMEM_LIMIT:
-        raise ValueError(f"{cfg.tag()}: {smem_bytes(first, second, cfg, pre)} bytes of shared memory, over {SMEM_LIMIT}")
+    if smem_bytes(first, second, cfg) > SMEM_LIMIT:
+        raise ValueError(f"{cfg.tag()}: {smem_bytes(first, second, cfg)} bytes of shared memory, over {SMEM_LIMIT}")
 
 
-def grid(first: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None) -> list[int]:
-    return [math.ceil(batch * first.H * first.W / pre_tile(pre, cfg)), 1, first.N // cfg.bn1]
+def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
+    return [math.ceil(batch * first.H * first.W / cfg.bm), 1, first.N // cfg.bn1]
 
 
 def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True) -> list[PairConfig]:
@@ -178,79 +165,25 @@ def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool =
 
 # the launch arguments after emit.CONV_ARGS + IN_ARGS + ZERO_ARGS (the first conv's): the second conv's
 SECOND_ARGS = ["weight2", "output2", "bias2", "zeros2", "relu2"]
-# and, with a pre conv, its input and CRSN weights (its sums go to `input`, its shift is in_shift)
-PRE_ARGS = ["input0", "weight0"]
-PRE_WC = 4           # the pre conv's input channels a weight chunk: a bulk copy each, walked as they land
-PRE_WORDS = 4        # mask words of a warp's window (3 rows of W + 2) at most
 
 
-def pre_rows(pre: ConvShape, cfg: PairConfig) -> int:
-    """The map rows of a cluster's tile with a pre conv: as many whole rows as bm holds."""
-    return cfg.bm // pre.W
-
-
-def pre_tile(pre: ConvShape | None, cfg: PairConfig) -> int:
-    """Pixels of a cluster's tile: bm, or whole rows of the map with a pre conv."""
-    return cfg.bm if pre is None else pre_rows(pre, cfg) * pre.W
-
-
-def check_pre(pre: ConvShape, first: ConvShape, cfg: PairConfig) -> None:
-    """A pre conv the template runs: a stride-1 3x3 (padding 1) into the first conv, whole rows a tile that divide
-    H and the warps, 32, 64 or 128 output channels a warp, whole weight chunks a block."""
-    if not ((pre.R, pre.S) == (3, 3) and pre.stride == (1, 1) and pre.padding == (1, 1) and pre.N == first.C
-            and (pre.H, pre.W) == (first.H, first.W)):
-        raise ValueError(f"{pre.tag()} -> {first.tag()}: a stride-1 3x3 with padding 1 whose output the pair reads")
-    rt, warps, ks = pre_rows(pre, cfg), cfg.block_threads // 32, first.N // cfg.bn1
-    if not rt or pre.H % rt or warps % rt or math.ceil(3 * (pre.W + 2) / 32) > PRE_WORDS:
-        raise ValueError(f"{cfg.tag()}: {cfg.bm}-pixel tiles hold no whole {pre.W}-pixel rows that divide H = {pre.H} "
-                         f"and {warps} warps (rows of {pre.W + 2} window pixels, {PRE_WORDS} mask words a warp at most)")
-    lanes = 32 * (warps // rt)
-    if pre.N % lanes or pre.N // lanes not in (1, 2, 4):
-        raise ValueError(f"{cfg.tag()}: {pre.N} 3x3 output channels over {warps // rt} warps a row, 1, 2 or 4 a lane")
-    if pre.C % (ks * PRE_WC):
-        raise ValueError(f"{pre.tag()}: {pre.C} input channels in {ks} blocks of chunks of {PRE_WC}")
-
-
-def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None,
-            pre_dense: bool = False):
+def emitted(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig):
     from .emit import CONV_ARGS, IN_ARGS, PDL, ZERO_ARGS, EmittedKernel
-    fn, src = render(first, second, batch, cfg, pre, pre_dense)
+    fn, src = render(first, second, batch, cfg)
     ks = first.N // cfg.bn1
-    steps = [{"op": "launch", "function": fn, "grid": grid(first, batch, cfg, pre), "block": [cfg.block_threads, 1, 1],
-              "smem": smem_bytes(first, second, cfg, pre),
-              "args": CONV_ARGS + IN_ARGS + ZERO_ARGS + SECOND_ARGS + (PRE_ARGS if pre is not None else []),
+    steps = [{"op": "launch", "function": fn, "grid": grid(first, batch, cfg), "block": [cfg.block_threads, 1, 1],
+              "smem": smem_bytes(first, second, cfg), "args": CONV_ARGS + IN_ARGS + ZERO_ARGS + SECOND_ARGS,
               "pdl": PDL, **({"cluster": ks} if ks > PORTABLE else {})}]
     return EmittedKernel(fn, src, steps, {}, "CRSN", epilogue=True)
 
 
-def _pre_pixels(pre: ConvShape) -> list[tuple[int, int, int, list[tuple[int, int]]]]:
-    """A warp's window pixels (3 rows of W + 2, the padding columns left out: always zero) with their mask word, bit,
-    offset and the (tap, output column) pairs each feeds in the warp's row."""
-    ww, out = pre.W + 2, []
-    for q in range(3 * ww):
-        dr, col = divmod(q, ww)
-        if 0 < col < ww - 1:
-            out.append((q // 32, 1 << (q % 32), q, [(dr * 3 + s, col - s) for s in range(3) if 0 <= col - s < pre.W]))
-    return out
-
-
-def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig, pre: ConvShape | None = None,
-           pre_dense: bool = False) -> tuple[str, str]:
-    """(function name, CUDA source). pre_dense: the pre conv's FMAs for every window pixel, no test a pixel."""
+def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> tuple[str, str]:
+    """(function name, CUDA source)."""
     from .emit import _env
-    check(first, second, cfg, pre)
-    fn = cfg.name(first, second, batch) if pre is None else (
-        f"dtriple_{pre.tag()}_n{first.N}_n{second.N}_{cfg.tag()}{'_d' if pre_dense else ''}_b{batch}")
+    check(first, second, cfg)
+    fn = cfg.name(first, second, batch)
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
-         "MT": pre_tile(pre, cfg), "PRE": pre is not None, "PRE_DENSE": pre_dense,
          "BN1": cfg.bn1, "BK": cfg.bk, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
          "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
-    pre_pixels = []
-    if pre is not None:
-        rt = pre_rows(pre, cfg)
-        g.update(PH=pre.H, PW=pre.W, RT=rt, C0=pre.C, WC=PRE_WC, NT3=pre.N // (32 * (cfg.block_threads // 32 // rt)),
-                 WIN3=3 * (pre.W + 2), NW3=math.ceil(3 * (pre.W + 2) / 32))
-        pre_pixels = _pre_pixels(pre)
-    return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g,
-                                                              pre_pixels=pre_pixels)
+    return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

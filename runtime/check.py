@@ -295,10 +295,9 @@ class KernelRunner:
         return {"cubin": self.records[kernel.name]["cubin"], "steps": kernel.steps, "epilogue": True}
 
     def check_pair(self, kernel: EmittedKernel, first: ConvShape, second: ConvShape, batch: int, sparsity: float,
-                   gen, handoff: bool = True, pre: ConvShape | None = None) -> dict:
+                   gen, handoff: bool = True) -> dict:
         """check_pair (below) of a rendered pair kernel, compiled here."""
-        return check_pair(self.backend, kernel.name, self._entry(kernel), first, second, batch, sparsity, gen, handoff,
-                          pre)
+        return check_pair(self.backend, kernel.name, self._entry(kernel), first, second, batch, sparsity, gen, handoff)
 
     def check_epilogue(self, seed: int = 2, precision: str = "fp32") -> list[dict]:
         """The epilogue kernel of `precision` through the executor's launch: values against float64 on the same
@@ -346,27 +345,17 @@ class KernelRunner:
 
 
 def check_pair(backend, name: str, kentry: dict, first: ConvShape, second: ConvShape, batch: int, sparsity: float,
-               gen, handoff: bool = True, pre: ConvShape | None = None) -> dict:
+               gen, handoff: bool = True) -> dict:
     """A pair kernel (a manifest entry: cubin, steps) on `backend` (kernels.CudaBackend) against float64:
     x = relu(conv1(input) + bias + residual), y = relu(conv2(x) + bias2), both outputs poisoned with NaN first, each
     zero count exact (the zeros each output holds); handoff: the input is a producer's raw sums and the kernel
-    applies relu(v + shift[c]) while staging, counting those zeros once, and clears the zero range it is given.
-    pre: the kernel runs that 3x3 too, on a ReLU-like input0 of `sparsity`, adding its sums into the zeroed input:
-    those against float64 as well, and the zeros counted those of relu(sums + shift) in FP32. Run twice on the same
-    operands."""
-    from .executor import Epilogue, InputEpilogue
+    applies relu(v + shift[c]) while staging, counting those zeros once, and clears the zero range it is given. Run
+    twice on the same operands."""
+    from .executor import Epilogue
     torch = backend.torch
     x = relu_input(torch, (batch, first.H, first.W, first.C), sparsity, gen)
-    in_epi, x_eff, x0, w0, want0 = None, x, None, None, None
-    if pre is not None:   # the input is the 3x3's sums, made by the kernel; the reference applies the shift to them
-        x0 = relu_input(torch, (batch, pre.H, pre.W, pre.C), sparsity, gen)
-        w0 = torch.randn((pre.C, 3, 3, pre.N), generator=gen, device="cuda") * (9 * pre.C) ** -0.5
-        want0 = conv_float64(torch, x0, w0, pre)
-        shift0 = torch.randn(pre.N, generator=gen, device="cuda") * 0.1
-        in_epi = InputEpilogue(shift0, torch.zeros(1, dtype=torch.int64, device="cuda"), 0)
-        x_eff = (want0 + shift0.double()).clamp_min(0)
-        x = torch.zeros_like(x)
-    elif handoff:
+    in_epi, x_eff = None, x
+    if handoff:
         x, in_epi, x_eff = handoff_input(torch, x, gen, False)
     w1 = torch.randn((first.C, 1, 1, first.N), generator=gen, device="cuda") * first.C ** -0.5
     w2 = torch.randn((second.C, 1, 1, second.N), generator=gen, device="cuda") * second.C ** -0.5
@@ -377,11 +366,9 @@ def check_pair(backend, name: str, kentry: dict, first: ConvShape, second: ConvS
     want2 = (conv_float64(torch, want1, w2, second) + b2.double()).clamp_min(0)
     z1, z2 = (torch.zeros(1, dtype=torch.int64, device="cuda") for _ in range(2))
     epi, epi2 = Epilogue(b1, res.permute(0, 3, 1, 2), True, z1, 0), Epilogue(b2, None, True, z2, 0)
-    zero = torch.empty(4096, device="cuda") if handoff or pre is not None else None
-    errs, counts, in_counts, cleared, nan, in_expected = [], [], [], [], 0, []
+    zero = torch.empty(4096, device="cuda") if handoff else None
+    errs, counts, in_counts, cleared, nan = [], [], [], [], 0
     for _ in range(2):
-        if pre is not None:
-            x.zero_()
         out1 = torch.full((batch, first.H, first.W, first.N), float("nan"), device="cuda")
         out2 = torch.full((batch, second.H, second.W, second.N), float("nan"), device="cuda")
         for t in (z1, z2):
@@ -391,17 +378,10 @@ def check_pair(backend, name: str, kentry: dict, first: ConvShape, second: ConvS
         if zero is not None:
             zero.uniform_(1.0, 2.0, generator=gen)
         backend.pair_conv(name, kentry, x.permute(0, 3, 1, 2), w1, out1.permute(0, 3, 1, 2), w2,
-                          out2.permute(0, 3, 1, 2), epi, epi2, in_epi, zero,
-                          pre=(x0.permute(0, 3, 1, 2), w0) if pre is not None else None)
+                          out2.permute(0, 3, 1, 2), epi, epi2, in_epi, zero)
         torch.cuda.synchronize()
         nan += int(torch.isnan(out1).sum()) + int(torch.isnan(out2).sum())
-        checked = ((out1, want1), (out2, want2))
-        if pre is not None:
-            checked += ((x, want0),)
-            in_expected.append(int(((x + in_epi.shift) <= 0).sum()))
-        elif handoff:
-            in_expected.append(int((x_eff == 0).sum()))
-        for o, want in checked:
+        for o, want in ((out1, want1), (out2, want2)):
             scale = float(want.abs().max())
             errs.append(float(((o.double() - want).abs() / (TOLERANCE * scale + TOLERANCE)).max()))
         counts.append((int(z1.item()), int((out1 == 0).sum()), int(z2.item()), int((out2 == 0).sum())))
@@ -409,9 +389,9 @@ def check_pair(backend, name: str, kentry: dict, first: ConvShape, second: ConvS
             in_counts.append(int(in_epi.counters.item()))
         if zero is not None:
             cleared.append(not bool(zero.any()))
+    in_expected = int((x_eff == 0).sum())
     ok = (nan == 0 and max(errs) <= 1.0 and all(a == b and c == d for a, b, c, d in counts) and all(cleared)
-          and in_counts == in_expected)
+          and in_counts == ([in_expected] * 2 if handoff else []))
     return {"kernel": name, "batch": batch, "sparsity": round(sparsity, 3), "handoff": handoff,
-            "pre": pre.tag() if pre is not None else None,
             "err_over_allowed": max(errs), "nan": nan, "zeros": counts, "in_zeros": in_counts,
-            "in_zeros_expected": in_expected or None, "zero_range_cleared": cleared, "ok": ok}
+            "in_zeros_expected": in_expected if handoff else None, "zero_range_cleared": cleared, "ok": ok}

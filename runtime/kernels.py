@@ -412,14 +412,12 @@ class CudaBackend:
             else:
                 raise RunError(f"kernel '{name}' step {i}: unknown op {op!r} (known: memset, launch)")
 
-    def pair_conv(self, name, kentry, inp, weight, out, weight2, out2, epi, epi2, in_epi=None, zero=None,
-                  pre=None) -> bool:
+    def pair_conv(self, name, kentry, inp, weight, out, weight2, out2, epi, epi2, in_epi=None, zero=None) -> bool:
         """Two 1x1 convs in one launch (codegen/pair.py): out = relu?(inp * weight + epi.bias + epi.residual), its
         zeros counted as epi says, then out2 = relu?(out * weight2 + epi2.bias), counted as epi2 says (epi2 has no
         residual). inp may hold its producer's raw sums (in_epi, no residual of its own); `zero` (float32) is
-        cleared by the kernel: True then. pre: (input0, weight0) of a kernel that runs the 3x3 producing inp as
-        well, adding its sums into inp (zeroed before). Every tensor dense NHWC (NCHW-shaped channels_last views)."""
-        for t in (inp, out, out2, epi.residual, pre[0] if pre else None):
+        cleared by the kernel: True then. Every tensor dense NHWC (NCHW-shaped channels_last views)."""
+        for t in (inp, out, out2, epi.residual):
             if t is not None and pixel_pitch(t) != t.shape[1]:
                 raise RunError(f"kernel '{name}': its tensors must be dense NHWC")
         if epi2.residual is not None or (in_epi is not None and (in_epi.residual is not None or in_epi.out is not None
@@ -433,7 +431,5 @@ class CudaBackend:
         if zero is not None:
             vals.update(_zero_range(name, zero))
         bufs = {"input": inp, "weight": weight, "output": out, "weight2": weight2, "output2": out2}
-        if pre is not None:
-            bufs.update(input0=pre[0], weight0=pre[1])
         self._run_steps(name, kentry, bufs, vals)
         return zero is not None

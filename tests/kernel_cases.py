@@ -235,22 +235,6 @@ def pair_cases() -> list[tuple]:
     return [(pair.emitted(a, b, batch, cfg), a, b, batch) for a, b, cfg in cases for batch in (1, 3)]
 
 
-def triple_cases() -> list[tuple]:
-    """A pair kernel that runs the block's 3x3 first (codegen/pair.py's pre conv): ResNet-152's layer 3 (two rows a
-    tile, 16 blocks a cluster, two output channels a lane), its layer 2 (one row, 8 blocks, one a lane) and a 10x11
-    map (11-pixel rows, a 13-pixel window row). Each case is (EmittedKernel, first, second, batch, pre)."""
-    def s(c, n, h, w):
-        return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
-
-    def s3(c, n, h, w):
-        return ConvShape(c, n, h, w, 3, 3, (1, 1), (1, 1))
-    cases = [(s3(256, 256, 14, 14), s(256, 1024, 14, 14), s(1024, 256, 14, 14),
-              pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)),
-             (s3(128, 128, 28, 28), s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(32, 64, 128, 1, 2, True, 32)),
-             (s3(64, 64, 10, 11), s(64, 256, 10, 11), s(256, 128, 10, 11), pair.PairConfig(32, 64, 128, 1, 2, True, 32))]
-    return [(pair.emitted(a, b, batch, cfg, pre), a, b, batch, pre) for pre, a, b, cfg in cases for batch in (1, 3)]
-
-
 def direct_cases() -> list[tuple]:
     """The direct kernel for the image's conv (codegen/direct.py): ResNet's 7x7 stem at batch 1 and 2, VGG's 3x3,
     ragged tiles with two 64-channel tiles, a 5x5 over 4 channels; the four epilogue forms over the six; each reading

@@ -19,13 +19,6 @@ says what the loop's time is made of. A copy that leaves something out computes 
     python3 pair_phases.py OUT_DIR variants  # -> OUT_DIR/variants.json, the table on stdout
     python3 pair_phases.py OUT_DIR sconv     # -> OUT_DIR/sconv.json, the table on stdout
     python3 pair_phases.py OUT_DIR ncu TAG   # only runs config TAG's chain six times eagerly (under ncu)
-    python3 pair_phases.py OUT_DIR triple    # -> OUT_DIR/triple.json, the table on stdout
-
-With `triple`: the chain as one launch a block, the pair kernel running the block's 3x3 first (pair.py's pre conv),
-for each config of TRIPLES (checked against float64 first), against the network's two kernels a block (SCONV_ROW
-then the pair on SCONV_PAIR), each timed as a block of the chain; and one stamped replay of each triple's chain: the
-median block's cycles from the wait to its 3x3's atomics, through the cluster barrier, the first conv, the second
-and the cluster's sum.
 """
 import json
 import sys
@@ -67,14 +60,6 @@ SCONVS = [SCONV] + ROW_TILES + [KernelConfig(*f) for f in (
     (2, 7, 16, 32, 2, 7, 1), (2, 7, 8, 32, 4, 7, 1), (2, 7, 8, 32, 1, 7, 2), (2, 7, 8, 32, 2, 7, 2),
     (2, 14, 8, 32, 1, 7, 1))]
 SCONV_PAIR = pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)
-SCONV_ROW = KernelConfig(1, 7, 8, 32, 2, 7, 2)   # the 3x3 the network runs at batch 1 (calibrated: rows/)
-# the pair configs run with the 3x3 inside: the network's (8 warps: a warp 64 of the 3x3's channels), the same with
-# 32-channel chunks, 4 warps (128 channels a warp, 4 a lane),
-# 16 warps (32 channels a warp, one a lane); each with the 3x3's FMAs for every window pixel, untested (dense)
-TRIPLES = [(cfg, dense) for cfg in (SCONV_PAIR, pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4),
-                                    pair.PairConfig(32, 64, 128, 1, 2, True, 32),
-                                    pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4)) for dense in (False, True)]
-TRIPLE_PHASES = ["entry", "wait", "3x3 atomics", "cluster barrier", "conv1", "conv2", "cluster sum", "y store"]
 LOOP_CONFIG = pair.PairConfig(32, 64, 128, 1, 2, True, 32)   # the config the network's layer-3 pairs run
 # source substitutions in the first conv's loop (templates/dense_pair.cu.j2): a changed template fails at `variant`
 NEXT = "if (nxt < NK1) { load_a(nxt % STAGES, nxt); load_b(nxt % STAGES, nxt); }"
@@ -153,7 +138,6 @@ class Chain:
     def __init__(self, runner, gen):
         self.runner = runner
         self.y = relu_input(torch, (1, 14, 14, 256), 0.72, gen)
-        self.ys = [self.y, self.y.clone()]
         self.w3 = torch.randn((256, 3, 3, 256), generator=gen, device="cuda") * (256 * 9 * 0.28) ** -0.5
         self.w1 = torch.randn((256, 1, 1, 1024), generator=gen, device="cuda") * (256 * 0.25) ** -0.5
         self.w2 = torch.randn((1024, 1, 1, 256), generator=gen, device="cuda") * (1024 * 0.6) ** -0.5
@@ -182,15 +166,6 @@ class Chain:
         self.conv3(i, sk)
         self.pair(i, pk)
 
-    def triple(self, i, tk):
-        """One launch a block: the 3x3 on y (one of two buffers: other clusters read a tile's rows as its halo while
-        it writes them) into region i % 2, the pair on them into the other y, clearing the other region."""
-        ys = self.ys
-        self.runner.backend.pair_conv(tk.name, self.runner._entry(tk), self.sums[i % 2].permute(0, 3, 1, 2), self.w1,
-                                      self.x.permute(0, 3, 1, 2), self.w2, ys[(i + 1) % 2].permute(0, 3, 1, 2),
-                                      self.epi1, self.epi2, self.in_epi, self.sums[(i + 1) % 2],
-                                      pre=(ys[i % 2].permute(0, 3, 1, 2), self.w3))
-
 
 def main() -> None:
     out = sys.argv[1]
@@ -200,8 +175,6 @@ def main() -> None:
     s3, (first, second) = S3, PAIR
     if len(sys.argv) > 2 and sys.argv[2] == "sconv":
         return sconv(out, runner, gen)
-    if len(sys.argv) > 2 and sys.argv[2] == "triple":
-        return triple(out, runner, gen)
     ks = render_sparse_ws(s3, 1, SCONV)
     kss = stamped_sconv(ks)
     variants = len(sys.argv) > 2 and sys.argv[2] == "variants"
@@ -323,85 +296,6 @@ def sconv(out, runner, gen) -> None:
     for r in alone:
         print(f"| {r['shape']} | {r['config']}{' (plan)' if r['plan'] else ''} | {'ok' if r['ok'] else 'FAIL'} | "
               f"{r['us']:.2f} |")
-
-
-def stamped_triple(k):
-    return stamped(k, [(WAIT, False), ('    asm volatile("barrier.cluster.arrive.release.aligned;"', True),
-                       ('    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");\n', False),
-                       ("    float* const red = snn_smem;", True), (DEPS, True), ("snn_ksum_wait(bar_s);\n", False)],
-                   "\n}\n#undef C1")
-
-
-def triple(out, runner, gen) -> None:
-    """The chain as one launch a block (each config of TRIPLES) against the network's two (SCONV_ROW + SCONV_PAIR)."""
-    s3, (first, second) = S3, PAIR
-    ks, kp = render_sparse(s3, 1, SCONV_ROW), pair.emitted(first, second, 1, SCONV_PAIR)
-    tks = [(cfg.tag() + (" dense" if dense else ""), pair.emitted(first, second, 1, cfg, s3, dense))
-           for cfg, dense in TRIPLES]
-    tks = [(tag, k, stamped_triple(k)) for tag, k in tks]
-    bad = runner.compile([ks, kp] + [k for _, k, _ in tks] + [kst for _, _, kst in tks])
-    if bad:
-        print("compile problems:", bad, flush=True)
-    chain = Chain(runner, gen)
-    drv = runner.dev.drv
-
-    def symbol(k, name):
-        err, ptr, _ = drv.cuModuleGetGlobal(runner.dev.module(runner.records[k.name]["cubin"]), name)
-        assert int(err) == 0, err
-        return ptr
-
-    two = [graph_call_s(torch, lambda: [chain.block(i, ks, kp) for i in range(2)], calls=5) * 1e6 / 2
-           for _ in range(2)]
-    rows = [{"config": f"{SCONV_ROW.tag()} + {SCONV_PAIR.tag()}", "kernels": [ks.name, kp.name],
-             "block_us": [round(c, 2) for c in two]}]
-    print(json.dumps(rows[-1]), flush=True)
-    for tag, k, kst in tks:
-        if k.name in bad:
-            rows.append({"config": tag, "kernel": k.name, "bad": bad[k.name]})
-            print(json.dumps(rows[-1]), flush=True)
-            continue
-        chk = runner.check_pair(k, first, second, 1, 0.72, gen, pre=s3)
-        times = [graph_call_s(torch, lambda: [chain.triple(i, k) for i in range(2)], calls=5) * 1e6 / 2
-                 for _ in range(2)]
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(10):
-                chain.triple(i, kst)
-        for _ in range(3):
-            g.replay()
-        torch.cuda.synchronize()
-        drv.cuMemsetD32(symbol(kst, b"snn_ticket"), 0, 1)
-        g.replay()
-        torch.cuda.synchronize()
-        n = np.zeros(1, dtype=np.uint32)
-        drv.cuMemcpyDtoH(n.ctypes.data, symbol(kst, b"snn_ticket"), 4)
-        rec = np.zeros(RECORDS * 17, dtype=np.uint64)
-        drv.cuMemcpyDtoH(rec.ctypes.data, symbol(kst, b"snn_stamps"), rec.nbytes)
-        rec = rec[:int(min(n[0], RECORDS)) * 17].reshape(-1, 17).astype(np.int64)
-        del g
-        cycles = {f"{TRIPLE_PHASES[a]} -> {TRIPLE_PHASES[a + 1]}": int(np.median(rec[:, 9 + a] - rec[:, 8 + a]))
-                  for a in range(7)}
-        rows.append({"config": tag, "kernel": k.name, "ok": chk["ok"], "err_over_allowed": chk["err_over_allowed"],
-                     "check": chk, "stamped_copy_problems": bad.get(kst.name, []),
-                     "block_us": [round(c, 2) for c in times], "blocks": len(rec), "median_cycles": cycles,
-                     "wait_to_exit_ns": int(np.median(rec[:, 7] - rec[:, 1]))})
-        print(json.dumps(rows[-1]), flush=True)
-    with open(f"{out}/triple.json", "w") as f:
-        json.dump(rows, f, indent=1)
-    cols = [f"{TRIPLE_PHASES[a]} -> {TRIPLE_PHASES[a + 1]}" for a in range(1, 7)]
-    print("\nlayer 3 at batch 1: a block in us (ten back to back in a CUDA graph), as two launches (the 3x3, the pair) "
-          "and as one (the pair running the 3x3 first); the one launch's median block in cycles a phase (one replay)\n")
-    print("| config | float64 | block us (two runs) | " + " | ".join(c.split(" -> ")[1] for c in cols)
-          + " | wait to exit ns |\n|" + "---|" * (4 + len(cols)))
-    for r in rows:
-        if "bad" in r:
-            print(f"| {r['config']} | not compiled: {r['bad']} |")
-            continue
-        checked = "-" if "ok" not in r else "ok" if r["ok"] else "FAIL"
-        phases = " | ".join(str(r["median_cycles"][c]) for c in cols) if "median_cycles" in r else " | ".join(
-            "-" for _ in cols)
-        print(f"| {r['config']} | {checked} | {r['block_us'][0]:.2f} / {r['block_us'][1]:.2f} | {phases} | "
-              f"{r.get('wait_to_exit_ns', '-')} |")
 
 
 def shapes_alone(runner, gen) -> list[dict]:
