@@ -17,6 +17,8 @@ from .dense import BK, SMEM_LIMIT
 from .spec import ConvShape
 
 STAGES = 3
+W2C = 16             # W2 rows a bulk copy where the W2 share is streamed (w2_ring)
+W2R_MAX = 4
 TX = 16              # threads along N (4 channels each): the second conv's tile (and the first's without warp_k)
 TX1 = 8              # the first conv's threads along N with warp_k (8 channels each, two float4 runs)
 # blocks a cluster: sm_90 allows 16 where the function asks for a non-portable size (runtime/cuda.py does), so a
@@ -97,11 +99,28 @@ def stage_floats(cfg: PairConfig) -> int:
     return max(cfg.stages * cfg.bm * (cfg.bk + 4) + cfg.stages * cfg.bk * cfg.bn1, cfg.kg1 * cfg.bm * (cfg.bn1 + 4))
 
 
-def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
-    """The stages, the producer's shift, the W2 share, x, the pushed y partials (templates/dense_pair.cu.j2)."""
+def _floats(first: ConvShape, second: ConvShape, cfg: PairConfig, w2_floats: int) -> int:
     ks = first.N // cfg.bn1
     share = math.ceil(cfg.bm * second.N // 4 / ks)
-    return stage_floats(cfg) + first.C + cfg.bn1 * second.N + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+    return stage_floats(cfg) + first.C + w2_floats + cfg.bm * (cfg.bn1 + 4) + ks * share * 4
+
+
+def w2_ring(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    """0 where the block's W2 share fits in shared memory whole; else the ring slots (the most that fit, W2R_MAX at
+    most) it streams through, W2C rows a slot: ResNet's 7x7 pairs, whose share is 128 x 512 floats."""
+    if 4 * _floats(first, second, cfg, cfg.bn1 * second.N) <= SMEM_LIMIT:
+        return 0
+    for r in range(min(W2R_MAX, cfg.bn1 // W2C), 1, -1):
+        if 4 * _floats(first, second, cfg, r * W2C * second.N) <= SMEM_LIMIT:
+            return r
+    return 0
+
+
+def smem_floats(first: ConvShape, second: ConvShape, cfg: PairConfig) -> int:
+    """The stages, the producer's shift, the W2 share (or its ring), x, the pushed y partials
+    (templates/dense_pair.cu.j2)."""
+    ring = w2_ring(first, second, cfg)
+    return _floats(first, second, cfg, (ring * W2C if ring else cfg.bn1) * second.N)
 
 
 def red2_fits(first: ConvShape, second: ConvShape, cfg: PairConfig) -> bool:
@@ -137,6 +156,8 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
+    if w2_ring(first, second, cfg) and (cfg.slices != 1 or cfg.bn1 % W2C):
+        raise ValueError(f"{cfg.tag()}: a streamed W2 share needs one slice and {W2C}-row chunks")
     if not red2_fits(first, second, cfg):
         raise ValueError(f"{cfg.tag()}: {cfg.slices} partial {cfg.bm} x {second.N} tiles do not fit over the stages "
                          f"and the W2 share")
@@ -185,5 +206,5 @@ def render(first: ConvShape, second: ConvShape, batch: int, cfg: PairConfig) -> 
     g = {"C1": first.C, "N1": first.N, "N2": second.N, "M": batch * first.H * first.W, "BM": cfg.bm,
          "BN1": cfg.bn1, "BK": cfg.bk, "KS": first.N // cfg.bn1, "TT": cfg.threads, "SLICES": cfg.slices, "TX": cfg.tx2,
          "STAGES": cfg.stages, "B": batch, "IN_EPI": True, "IN_RES": False, "OUT_LD": False, "IN_BN": False,
-         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg)}
+         "KG1": cfg.kg1, "TX1": cfg.tx1, "OFF_SH": stage_floats(cfg), "W2R": w2_ring(first, second, cfg), "W2C": W2C}
     return fn, _env().get_template("dense_pair.cu.j2").render(name=fn, tag1=first.tag(), tag2=second.tag(), g=g)

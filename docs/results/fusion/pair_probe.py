@@ -10,7 +10,7 @@ each config of PAIR_CONFIGS that fits; every pair kernel checked against float64
     python3 pair_probe.py OUT.json
 
 Prints, per shape and batch, the best separate combination and each pair config in us a pair. BATCHES (default
-1,8): the batches to run.
+1,8): the batches to run; SHAPES (default the three below): `C1,N1,N2,HW` separated by `;`.
 """
 import json
 import os
@@ -24,7 +24,8 @@ from snn.runtime.check import KernelRunner, handoff_input, relu_input
 from snn.runtime.executor import Epilogue
 from snn.runtime.measure.timing import graph_call_s
 
-SHAPES = [(256, 1024, 256, 14), (128, 512, 128, 28), (64, 256, 64, 56)]   # C1 -> N1 -> N2 at H = W
+SHAPES = [tuple(int(v) for v in t.split(",")) for t in os.environ["SHAPES"].split(";")] if os.environ.get("SHAPES") \
+    else [(256, 1024, 256, 14), (128, 512, 128, 28), (64, 256, 64, 56)]   # C1 -> N1 -> N2 at H = W
 BATCHES = tuple(int(b) for b in os.environ.get("BATCHES", "1,8").split(","))
 # the build's candidates, and beside them: the two-slice warp split with a group a warp (64 accumulators a thread
 # over 8 warps: it spills), a three-stage pipeline of the one-slice one, the first conv's K over 4 groups of two or
@@ -34,7 +35,11 @@ PAIR_CONFIGS = [pair.PairConfig(*t) for t in pair.CANDIDATES] + [
     pair.PairConfig(32, 64, 128, 2, 2, True, 16, 4), pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4),
     pair.PairConfig(32, 64, 256, 1, 2, True, 16, 4), pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4),
     pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4), pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64),
-    pair.PairConfig(32, 64, 128, 1, 3, True, 32, 0, 64)]
+    pair.PairConfig(32, 64, 128, 1, 3, True, 32, 0, 64),
+    # 7x7 (the W2 share streamed): 8 pixels a cluster's tile in 7 clusters of 16, or 16 in 4
+    pair.PairConfig(8, 128, 128, 1, 3, True, 32, 4, 64), pair.PairConfig(8, 128, 128, 1, 4, True, 32, 4),
+    pair.PairConfig(8, 128, 128, 1, 3, True, 32, 4), pair.PairConfig(8, 128, 128, 1, 4, True, 32, 2),
+    pair.PairConfig(16, 128, 256, 1, 3, True, 32, 4), pair.PairConfig(16, 128, 128, 1, 3, True, 32, 4, 64)]
 
 
 def one_by_one(c, n, hw):
