@@ -39,6 +39,9 @@ MAX_BATCH = 1
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
+# and where the W2 share is streamed (w2_ring: ResNet's 7x7 pairs), 8- and 16-pixel tiles over 128-channel slices:
+# at 7x7 a 32-pixel tile leaves most SMs idle
+STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK), (16, 128, 256, 1, 3, True, 2 * TX, 4))
 
 
 @dataclass(frozen=True, order=True)
@@ -170,15 +173,18 @@ def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
 
 
 def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True) -> list[PairConfig]:
-    """The configs of CANDIDATES that fit the pair, at batches up to MAX_BATCH on GPUs with clusters."""
+    """The configs of CANDIDATES (and of STREAMED where the W2 share streams) that fit the pair, at batches up to
+    MAX_BATCH on GPUs with clusters."""
     if batch > MAX_BATCH or not clusters or not eligible(first, second):
         return []
     out = []
-    for fields in CANDIDATES:
+    for fields in CANDIDATES + STREAMED:
         cfg = PairConfig(*fields)
         try:
             check(first, second, cfg)
         except ValueError:
+            continue
+        if fields in STREAMED and not w2_ring(first, second, cfg):
             continue
         out.append(cfg)
     return out
