@@ -39,8 +39,8 @@ MAX_BATCH = 1
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
-# and where the W2 share is streamed (w2_ring: ResNet's 7x7 pairs), 8- and 16-pixel tiles over 128-channel slices:
-# at 7x7 a 32-pixel tile leaves most SMs idle
+# and where none of those fits, 8- and 16-pixel tiles over 128-channel slices with the W2 share streamed (w2_ring):
+# ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle
 STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK), (16, 128, 256, 1, 3, True, 2 * TX, 4))
 
 
@@ -173,20 +173,21 @@ def grid(first: ConvShape, batch: int, cfg: PairConfig) -> list[int]:
 
 
 def candidates(first: ConvShape, second: ConvShape, batch: int, clusters: bool = True) -> list[PairConfig]:
-    """The configs of CANDIDATES (and of STREAMED where the W2 share streams) that fit the pair, at batches up to
-    MAX_BATCH on GPUs with clusters."""
+    """The configs of CANDIDATES that fit the pair (or of STREAMED, where none does), at batches up to MAX_BATCH on
+    GPUs with clusters."""
     if batch > MAX_BATCH or not clusters or not eligible(first, second):
         return []
     out = []
-    for fields in CANDIDATES + STREAMED:
-        cfg = PairConfig(*fields)
-        try:
-            check(first, second, cfg)
-        except ValueError:
-            continue
-        if fields in STREAMED and not w2_ring(first, second, cfg):
-            continue
-        out.append(cfg)
+    for group in (CANDIDATES, STREAMED):
+        for fields in group:
+            cfg = PairConfig(*fields)
+            try:
+                check(first, second, cfg)
+            except ValueError:
+                continue
+            out.append(cfg)
+        if out:
+            break
     return out
 
 

@@ -34,6 +34,8 @@ def test_pairs_need_two_stride_one_1x1_convs_the_second_reading_the_first():
     with pytest.raises(ValueError, match="2..16 blocks of 32"):
         pair.render(*L3, 1, pair.PairConfig(16, 32))                           # 32 blocks a cluster
     with pytest.raises(ValueError, match="shared memory"):
+        pair.render(*L3, 1, pair.PairConfig(64, 128, 128, 1, 4))               # too large even with W2 streamed
+    with pytest.raises(ValueError, match="streamed W2 share needs one slice"):
         pair.render(*L3, 1, pair.PairConfig(64, 128))
 
 
@@ -46,6 +48,22 @@ def test_candidates_at_batch_one_on_gpus_with_clusters():
     assert pair.candidates(*L3, 2) == [] and pair.candidates(*L3, 1, clusters=False) == []
     for c in cands:
         assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
+
+
+def test_a_w2_share_that_does_not_fit_is_streamed():
+    """ResNet's 7x7 pairs hold 128 x channels a block, whose 128 x 512 W2 rows (256 KB) do not fit: those candidates
+    stream them through a ring of bulk copies, and only where no whole-share candidate fits."""
+    l4 = (one_by_one(512, 2048, 7), one_by_one(2048, 512, 7))
+    cands = pair.candidates(*l4, 1)
+    assert {c.tag() for c in cands} == {pair.PairConfig(*t).tag() for t in pair.STREAMED}
+    for c in cands:
+        ring = pair.w2_ring(*l4, c)
+        assert 2 <= ring <= pair.W2R_MAX and pair.smem_bytes(*l4, c) <= SMEM_LIMIT
+        src = pair.render(*l4, 1, c)[1]
+        assert f"#define W2R {ring}" in src and "w2_bar[W2R]" in src
+    whole = pair.PairConfig(*pair.CANDIDATES[0])
+    assert pair.w2_ring(*L3, whole) == 0 and "W2R" not in pair.render(*L3, 1, whole)[1]
+    assert not {c.tag() for c in pair.candidates(*L3, 1)} & {pair.PairConfig(*t).tag() for t in pair.STREAMED}
 
 
 def test_slices_add_their_partial_y_tiles_before_the_cluster_sum():
