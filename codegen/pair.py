@@ -41,7 +41,9 @@ CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (3
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
 # and where none of those fits, 8- and 16-pixel tiles over 128-channel slices with the W2 share streamed (w2_ring):
 # ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle
-STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK), (16, 128, 256, 1, 3, True, 2 * TX, 4))
+STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK), (16, 128, 256, 1, 3, True, 2 * TX, 4),
+            (8, 128, 128, 1, 4, True, 2 * TX, 4), (8, 128, 128, 1, 3, True, 2 * TX, 2, 2 * BK),
+            (8, 128, 128, 1, 2, True, 2 * TX, 4, 2 * BK))
 
 
 @dataclass(frozen=True, order=True)
