@@ -39,11 +39,11 @@ MAX_BATCH = 1
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
-# and where none of those fits, 8- and 16-pixel tiles over 128-channel slices with the W2 share streamed (w2_ring):
-# ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle
-STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK), (16, 128, 256, 1, 3, True, 2 * TX, 4),
-            (8, 128, 128, 1, 4, True, 2 * TX, 4), (8, 128, 128, 1, 3, True, 2 * TX, 2, 2 * BK),
-            (8, 128, 128, 1, 2, True, 2 * TX, 4, 2 * BK))
+# and where none of those fits, an 8-pixel tile over 128-channel slices with the W2 share streamed (w2_ring):
+# ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle. At load
+# it took 17.4-18.0 us against 21.5-23.5 with 32-channel chunks, a 2- or 4-stage pipeline or the K over 2 groups, and
+# 30.4-31.3 on a 16-pixel tile over 64 SMs (docs/results/fusion/h200/streamed/; fusion/h200/branch-first/ at 06722d3)
+STREAMED = ((8, 128, 128, 1, 3, True, 2 * TX, 4, 2 * BK),)
 
 
 @dataclass(frozen=True, order=True)

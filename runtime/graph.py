@@ -64,11 +64,6 @@ def main_priority() -> int:
     return MAIN_PRIORITY if os.environ.get("SNN_PRIORITIES", "1") != "0" else 0
 
 
-def branch_priority() -> int:
-    """The side branches' stream priority: 0 (the least), or with SNN_BRANCH_FIRST=1 one above the main chain's."""
-    return main_priority() - 1 if os.environ.get("SNN_BRANCH_FIRST", "0") == "1" else 0
-
-
 def split_before(convs: int, decides: bool = True) -> int | None:
     """The conv the second graph starts at (None: one graph), for a pass of `convs` convs; `decides`: whether it
     holds conditional nodes (a layer decided on the device), whose launch (~0.1 ms) is what the split hides. A
@@ -322,7 +317,7 @@ class Capture:
                         dev.function(kentry["cubin"], step["function"])
         self.side = own_stream(torch, dev.drv, self, main_priority())   # the SWITCH bodies: the main chain
         self.clear_stream = own_stream(torch, dev.drv, self, main_priority())   # the sums regions' clears
-        self.branch_stream = own_stream(torch, dev.drv, self, branch_priority())  # convs beside the chain (branches.py)
+        self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
