@@ -338,6 +338,7 @@ AVGPOOL = {"fp32": True, "bf16": False, "fp16": False}
 # the pooled vector shared by a cluster of LINEAR_CLUSTER blocks (maxpool.cu.j2)
 POOL_LINEAR = {"fp32": True, "bf16": False, "fp16": False}
 LINEAR_CLUSTER = 8
+LINEAR_LOADS = 16   # pixels' loads a thread of the head issues at once (registers: 4 each)
 
 
 def maxpool_function(precision: str = "fp32") -> str:
@@ -361,7 +362,8 @@ def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
         VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision],
-        AVG=avgpool_function(precision), LINEAR=pool_linear_function(precision), LIN_CLUSTER=LINEAR_CLUSTER)
+        AVG=avgpool_function(precision), LINEAR=pool_linear_function(precision), LIN_CLUSTER=LINEAR_CLUSTER,
+        LIN_LOADS=LINEAR_LOADS)
 
 
 def render_selector() -> tuple[str, str]:

@@ -551,9 +551,8 @@ class _Parts:
     """The CUDA graphs one capture records in turn (Capture._split ends one and begins the next), sharing the
     first one's memory pool: they are replayed in the order recorded, as a shared pool requires."""
 
-    def __init__(self, torch, keep: bool = False, drv=None):
-        self.torch, self.keep, self.graphs, self.drv = torch, keep, [], drv
-        self._launch = None
+    def __init__(self, torch, keep: bool = False):
+        self.torch, self.keep, self.graphs = torch, keep, []
 
     def _begin(self):
         g = self.torch.cuda.CUDAGraph(keep_graph=True) if self.keep else self.torch.cuda.CUDAGraph()
@@ -579,32 +578,8 @@ class _Parts:
         self._begin()
 
     def replay(self):
-        if self._launch is None:
-            self._launch = self._launcher()
-        self._launch()
-
-    def _launcher(self):
-        """The graphs' launches on the current stream: each executable graph launched through the driver where torch
-        exposes it (raw_cuda_graph_exec), else torch's replay(), which first fills its RNG generator's seed and
-        offset with an eager kernel (~3 us of the host's before the graph's launch, the GPU idle), for the RNG
-        ops that this pass has none of."""
-        torch, drv = self.torch, self.drv
-        if drv is None or not hasattr(drv, "cuGraphLaunch") or not all(
-                hasattr(g, "raw_cuda_graph_exec") for g in self.graphs):
-            graphs = list(self.graphs)
-
-            def replay():
-                for g in graphs:
-                    g.replay()
-            return replay
-        execs = [drv.CUgraphExec(g.raw_cuda_graph_exec()) for g in self.graphs]   # instantiated at capture_end
-        launch, current = drv.cuGraphLaunch, torch.cuda.current_stream
-
-        def replay():
-            stream = current().cuda_stream
-            for e in execs:
-                check(launch(e, stream), "cuGraphLaunch")
-        return replay
+        for g in self.graphs:
+            g.replay()
 
 
 @dataclass
@@ -700,7 +675,7 @@ class GraphRunner:
         dot = os.environ.get("SNN_GRAPH_DOT")  # debugging: the captured graph as DOT, before instantiation
         while True:
             cap = Capture(self, static_x.shape[0])
-            g = cap.parts = _Parts(torch, keep=bool(dot), drv=self.device.drv)
+            g = cap.parts = _Parts(torch, keep=bool(dot))
             try:
                 with _no_gc(), g.recording():
                     out = ex.forward(static_x, capture=cap)
