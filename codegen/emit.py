@@ -353,7 +353,7 @@ def pool_linear_function(precision: str = "fp32") -> str | None:
     return _function("pool_linear", precision) if POOL_LINEAR[precision] else None
 
 
-def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
+def render_maxpool(precision: str = "fp32", linear_cluster: int = LINEAR_CLUSTER) -> tuple[str, str]:
     """(name, source) of the bundle's pool kernels for `precision`'s activations: the max pool (NHWC, any window,
     stride, padding, batch: the sizes are launch arguments, runtime/kernels.py) and, where AVGPOOL, the average
     pool beside it (avgpool_function) and the head (pool_linear_function)."""
@@ -362,7 +362,7 @@ def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
         VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision],
-        AVG=avgpool_function(precision), LINEAR=pool_linear_function(precision), LIN_CLUSTER=LINEAR_CLUSTER,
+        AVG=avgpool_function(precision), LINEAR=pool_linear_function(precision), LIN_CLUSTER=linear_cluster,
         LIN_LOADS=LINEAR_LOADS)
 
 
