@@ -38,8 +38,8 @@ from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .dense import DenseConfig
 from .direct import DirectConfig
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_EPILOGUE, MAXPOOL_THREADS,
-                   LINEAR_CLUSTER, MAXPOOL_VECTOR, PDL,
-                   avgpool_function, epilogue_function, maxpool_function, pool_linear_function)
+                   MAXPOOL_VECTOR, PDL,
+                   avgpool_function, epilogue_function, maxpool_function)
 from .errors import UserError
 from .spec import Network
 
@@ -282,7 +282,6 @@ def build(net: Network, gpu, batches: list[int], levels: list[float], out: str |
     _check_defines(records, epi_name, epilogue_function(), "epilogue")
     _check_defines(records, pool_name, maxpool_function(), "max-pool")
     _check_defines(records, pool_name, avgpool_function(), "average-pool")
-    _check_defines(records, pool_name, pool_linear_function(), "pool + classifier")
 
     try:
         placed = bundle.write_cubins(out_dir, records)
@@ -396,7 +395,6 @@ def _build_16bit(net, gpu_name, arch, capability, tc, batches, precision, out_di
     _check_defines(records, epi_name, epilogue_function(precision), "epilogue")
     _check_defines(records, pool_name, maxpool_function(precision), "max-pool")
     _check_defines(records, pool_name, avgpool_function(precision), "average-pool")
-    _check_defines(records, pool_name, pool_linear_function(precision), "pool + classifier")
     # a tensor-core kernel is one option the runtime measures beside cuDNN: one that spills is left out, not fatal
     spilled = {fn for fn in wanted if problems(records[fn])}
     if spilled:
@@ -451,23 +449,19 @@ def _check_defines(records: dict, source: str | None, fn: str | None, what: str)
         raise RuntimeError(f"the {what} source {source} does not define {fn}")
 
 
-POOL_OPS = ("maxpool", "avgpool", "adaptive_avgpool", "global_avgpool")   # the ops the pool cubin serves
-
-
 def _maxpool_source(net, stages, precision: str) -> tuple[str | None, str | None]:
-    """The bundle's pool kernels where the network has a pool layer (and the stages render them)."""
-    if stages.render_maxpool is None or not any(n.op in POOL_OPS for n in net.nodes):
+    """The bundle's pool kernels where the network has a max- or average-pool layer (and the stages render them)."""
+    if stages.render_maxpool is None or not any(n.op in ("maxpool", "avgpool") for n in net.nodes):
         return None, None
     return stages.render_maxpool(precision)
 
 
 def _maxpool_entry(placed: dict, record: dict, precision: str) -> dict:
     """The manifest's "maxpool": its cubin, function, block, the channels a thread takes, whether it takes its
-    producer's epilogue (shift, relu, zeros), the average pool's and the head's functions in the same cubin (where
-    there are), launch marks, resources."""
-    avg, lin = avgpool_function(precision), pool_linear_function(precision)
+    producer's epilogue (shift, relu, zeros), the average pool's function in the same cubin (where there is one),
+    launch marks, resources."""
+    avg = avgpool_function(precision)
     return {**placed, "function": maxpool_function(precision), **({"avg_function": avg} if avg else {}),
-            **({"linear_function": lin, "linear_cluster": LINEAR_CLUSTER} if lin else {}),
             "block": [MAXPOOL_THREADS],
             "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": PDL,
             **resources(record)}

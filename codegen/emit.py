@@ -334,13 +334,6 @@ MAXPOOL_EPILOGUE = {"fp32": True, "bf16": False, "fp16": False}
 AVGPOOL = {"fp32": True, "bf16": False, "fp16": False}
 
 
-# precisions whose pool source also defines the head: the global average pool and the classifier in one launch,
-# the pooled vector shared by a cluster of LINEAR_CLUSTER blocks (maxpool.cu.j2)
-POOL_LINEAR = {"fp32": True, "bf16": False, "fp16": False}
-LINEAR_CLUSTER = 8
-LINEAR_LOADS = 16   # pixels' loads a thread of the head issues at once (registers: 4 each)
-
-
 def maxpool_function(precision: str = "fp32") -> str:
     return _function("maxpool", precision)
 
@@ -349,21 +342,16 @@ def avgpool_function(precision: str = "fp32") -> str | None:
     return _function("avgpool", precision) if AVGPOOL[precision] else None
 
 
-def pool_linear_function(precision: str = "fp32") -> str | None:
-    return _function("pool_linear", precision) if POOL_LINEAR[precision] else None
-
-
-def render_maxpool(precision: str = "fp32", linear_cluster: int = LINEAR_CLUSTER) -> tuple[str, str]:
+def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
     """(name, source) of the bundle's pool kernels for `precision`'s activations: the max pool (NHWC, any window,
     stride, padding, batch: the sizes are launch arguments, runtime/kernels.py) and, where AVGPOOL, the average
-    pool beside it (avgpool_function) and the head (pool_linear_function)."""
+    pool beside it (avgpool_function)."""
     name = maxpool_function(precision)
     header, dt2, _, _, from_f = _SIXTEEN.get(precision, (None,) * 5)
     return name, _env().get_template("maxpool.cu.j2").render(
         NAME=name, DT=PRECISIONS[precision], DT2=dt2, HEADER=header, FROM_F=from_f,
         VEC=MAXPOOL_VECTOR[precision], THREADS=MAXPOOL_THREADS, EPI=MAXPOOL_EPILOGUE[precision],
-        AVG=avgpool_function(precision), LINEAR=pool_linear_function(precision), LIN_CLUSTER=linear_cluster,
-        LIN_LOADS=LINEAR_LOADS)
+        AVG=avgpool_function(precision))
 
 
 def render_selector() -> tuple[str, str]:

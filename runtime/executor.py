@@ -468,8 +468,6 @@ class Executor:
                 env[op.name] = torch.flatten(env[op.inputs[0]], 1)
             elif op.kind == "linear":
                 env[op.name] = F.linear(env[op.inputs[0]], a["weight"], a["bias"])
-            elif op.kind == "pool_linear":
-                env[op.name] = self._pool_linear(env[op.inputs[0]], a)
             for v in prog.free_after[i]:
                 env.pop(v, None)
         self.last_trace = trace
@@ -502,22 +500,6 @@ class Executor:
             w = self._pool_weights[H * W] = torch.full((1, H * W), 1.0 / (H * W), device=x.device)
         x = x.contiguous(memory_format=torch.channels_last)   # its pixels x channels: a view
         return torch.matmul(w, x.permute(0, 2, 3, 1).reshape(B, H * W, C)).view(B, C, 1, 1)
-
-    def _pool_linear(self, x, a: dict):
-        """The head (lower._heads): the global average pool of x (its epilogue applied as it is read) and the linear
-        layer, on the backend's one kernel where it has one that takes them, else as torch's ops (the epilogue through
-        the backend's first)."""
-        ep = a.get("epilogue")
-        head = getattr(self.backend, "pool_linear", None)   # CudaBackend's (TorchBackend has none)
-        y = head(x, a["weight"], a["bias"], *((ep["scale"], ep["shift"], ep["relu"]) if ep else ())) if head else None
-        if y is not None:
-            return y
-        if ep:
-            t = self.torch.empty_like(x, memory_format=self.torch.channels_last)
-            self.backend.epilogue(x, ep["scale"], ep["shift"], None, t, None, None, ep["relu"])
-            x = t
-        torch = self.torch
-        return torch.nn.functional.linear(torch.flatten(self._adaptive_avgpool(x, 1), 1), a["weight"], a["bias"])
 
     def _pool(self, kind: str, x, a: dict, counters=None):
         """A max or average pool (`kind`) on the bundle's kernel where the backend has one that takes x, else torch's.

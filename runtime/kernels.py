@@ -232,7 +232,6 @@ class CudaBackend:
         self._consts: dict[tuple[str, int], object] = {}
         self._acc = None
         self._retired: list = []   # outgrown accumulators: a CUDA graph captured with one still adds into it
-        self._sm_count = self._smem_block = None   # the device's, asked on first use (pool_linear)
 
     def prepare_accumulator(self, numel: int, device="cuda"):
         """The accumulator (float32, zeroed, >= numel elements), grown now if it must be: before a CUDA graph
@@ -316,52 +315,6 @@ class CudaBackend:
         epilogue = [(_ptr(scale), _PTR), (_ptr(shift), _PTR), (1 if relu else 0, _I32),
                     (counter_ptr(counters, slot), _PTR)]
         return self._pool(fn, 4, inp, out_hw, (*kernel, *stride), epilogue)
-
-    def pool_linear(self, inp, weight, bias=None, scale=None, shift=None, relu=False):
-        """The head on the bundle's kernel (manifest "maxpool" "linear_function"): the global average pool of inp
-        (B, C, H, W; each value read first becomes relu?(value * scale[c] + shift[c]) where shift is given) and the
-        classifier `weight` (M, C) + `bias`, as a new (B, M) tensor; or None where the bundle has no such kernel or
-        the tensors do not suit it (not FP32, C not whole float4s a cluster block, the weight rows and the pooled
-        vectors past a block's shared memory): the caller pools and multiplies with torch then."""
-        torch = self.torch
-        pool = self.cache.maxpool
-        fn = pool.get("linear_function") if pool else None
-        b, c, h, w = inp.shape
-        m = weight.shape[0]
-        cl = int(pool.get("linear_cluster", 1)) if fn else 1
-        vecs = (weight, bias, scale, shift)   # read as dense rows and vectors
-        if fn is None or c % (4 * cl) or weight.shape[1] != c or m == 0 or b == 0 or inp.dtype != torch.float32 \
-                or any(t is not None and (t.dtype != torch.float32 or not t.is_contiguous()) for t in vecs):
-            return None
-        inp = inp.contiguous(memory_format=torch.channels_last)
-        if any(t is not None and t.data_ptr() % 16 for t in (inp, weight, scale, shift)):
-            return None
-        clusters = max(1, self._sms() // cl)
-        rows = -(-m // (clusters * cl))       # weight rows a block: one block an SM, every row placed
-        clusters = -(-(-(-m // rows)) // cl)  # ... and no cluster without rows
-        threads = int(pool["block"][0])
-        items = b * c // cl // 4
-        smem = (rows * c + 4 * max(threads, items) + b * c) * 4
-        if smem > self._smem_limit():
-            return None
-        out = torch.empty((b, m), device=inp.device, dtype=torch.float32)
-        args = [(inp.data_ptr(), _PTR), (weight.data_ptr(), _PTR), (_ptr(bias), _PTR), (out.data_ptr(), _PTR)] + \
-            [(v, _I32) for v in (b, h * w, c, m, rows)] + \
-            [(_ptr(scale), _PTR), (_ptr(shift), _PTR), (1 if relu else 0, _I32)]
-        self.dev.launch(pool["cubin"], fn, (clusters * cl, 1, 1), (threads, 1, 1), smem, args, bool(pool.get("pdl")))
-        return out
-
-    def _sms(self) -> int:
-        if self._sm_count is None:
-            self._sm_count = self.torch.cuda.get_device_properties(self.torch.cuda.current_device()).multi_processor_count
-        return self._sm_count
-
-    def _smem_limit(self) -> int:
-        """Dynamic shared memory a block may opt in to (the kernel's static share is none)."""
-        if self._smem_block is None:
-            p = self.torch.cuda.get_device_properties(self.torch.cuda.current_device())
-            self._smem_block = int(getattr(p, "shared_memory_per_block_optin", 48 * 1024))
-        return self._smem_block
 
     def _pool(self, fn, vector, inp, out_hw, window, epilogue):
         """One of the pool cubin's functions over inp (channels_last, `vector` channels a thread): the arguments input,

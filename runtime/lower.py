@@ -34,7 +34,6 @@ from .errors import RunError
 @dataclass
 class Op:
     # conv | epilogue | count | alias | relu | add | maxpool | avgpool | adaptive_avgpool | concat | flatten | linear
-    # | pool_linear
     kind: str
     name: str                 # the spec node whose value this op produces
     inputs: tuple[str, ...]   # value names read
@@ -46,8 +45,7 @@ class Op:
     # concat: none (torch.cat of its inputs), or in a chain (_concat_chains): buffer (the chain's name), total
     # (its channels), offsets (where each input goes), channels (this value's: the buffer's first ones);
     # count: slot; pools: kernel, stride, padding, ceil_mode / size, and a max pool's epilogue (_into_pools: shift,
-    # relu, slot) or an average pool's (_into_avgpools: scale, shift, relu, slot); linear: weight, bias;
-    # pool_linear (_heads): weight, bias, and the pool's epilogue where it took one (scale, shift, relu)
+    # relu, slot) or an average pool's (_into_avgpools: scale, shift, relu, slot); linear: weight, bias
 
 
 @dataclass
@@ -102,7 +100,6 @@ def lower(net: Network, sd: dict, device="cpu", pool_epilogues: bool = True) -> 
     ops = _into_convs(ops)
     if pool_epilogues:
         ops = _into_avgpools(_into_pools(ops, eligible))
-        ops = _heads(ops, net.output)
     ops = _concat_chains(ops, lambda v: net.input_shape if v == net.input_name else g.nodes[v].shape)
     _into_concats(ops, net.output)
     return Program(net.input_name, net.output, ops, eligible, slots, _liveness(ops, net.output))
@@ -360,36 +357,6 @@ def _into_avgpools(ops: list[Op]) -> list[Op]:
         dropped.add(id(ep))
         _count_in_pool(ops, i, dropped)
     return [op for op in ops if id(op) not in dropped]
-
-
-def _heads(ops: list[Op], output: str) -> list[Op]:
-    """A global average pool (to one pixel) that one flatten alone reads, which one linear alone reads: the three
-    become one `pool_linear` op (the linear's name and attrs, the pool's input), which the backend's head kernel runs
-    in one launch (Executor._pool_linear; torch's three ops where it cannot). A pre-activation's batchnorm + ReLU
-    that the pool alone reads (DenseNet's norm5 + relu5, into a new tensor, counted nowhere) moves into it too
-    (attrs "epilogue": scale, shift, relu), applied to each value the pool reads."""
-    readers = _readers(ops)
-    made = {op.name: op for op in ops}
-    dropped: set[int] = set()
-    out: list[Op] = []
-    for op in ops:
-        flat = made.get(op.inputs[0]) if op.kind == "linear" else None
-        pool = made.get(flat.inputs[0]) if flat is not None and flat.kind == "flatten" else None
-        if pool is None or pool.kind != "adaptive_avgpool" or pool.attrs["size"] not in (1, (1, 1), [1, 1]) \
-                or readers.get(pool.name) != [flat] or readers.get(flat.name) != [op] or output in (pool.name, flat.name):
-            out.append(op)
-            continue
-        head = Op("pool_linear", op.name, pool.inputs, dict(op.attrs))
-        ep = made.get(pool.inputs[0])
-        if ep is not None and ep.kind == "epilogue" and ep.attrs["scale"] is not None and not ep.attrs["inplace"] \
-                and ep.attrs["residual"] is None and ep.attrs.get("slot") is None and readers.get(ep.name) == [pool] \
-                and ep.name != output:
-            head.attrs["epilogue"] = {"scale": ep.attrs["scale"], "shift": ep.attrs["shift"], "relu": ep.attrs["relu"]}
-            head.inputs = ep.inputs
-            dropped.add(id(ep))
-        dropped.update((id(pool), id(flat)))
-        out.append(head)
-    return [op for op in out if id(op) not in dropped]
 
 
 def _concat_chains(ops: list[Op], shape_of) -> list[Op]:

@@ -44,12 +44,7 @@ def test_tiny_lowers_every_fusion_pattern(tiny):
     assert main.attrs["epilogue"]["residual"] == "b.down" and main.attrs["bias"] is None
     assert main.attrs["epilogue"]["slot"] == prog.slots["b.relu2"]  # read by c.conv: its kernel counts the zeros
     assert ops[("conv", "b.down")].attrs["bias"] is not None and "epilogue" not in ops[("conv", "b.down")].attrs
-    assert sum(1 for op in prog.ops if op.kind == "epilogue") == 1  # d.relu: a batchnorm of no conv
-    # norm5 -> relu5 -> gap -> flat -> fc1: one head op, relu5's batchnorm + ReLU applied as its pool reads
-    head = ops[("pool_linear", "fc1")]
-    assert head.inputs == ("join",) and head.attrs["weight"].shape == (10, 24) and head.attrs["bias"] is not None
-    assert head.attrs["epilogue"]["relu"] and head.attrs["epilogue"]["scale"] is not None
-    assert not {"adaptive_avgpool", "flatten"} & set(kinds) and ("linear", "fc2") in ops
+    assert sum(1 for op in prog.ops if op.kind == "epilogue") == 2  # d.relu and relu5: batchnorms of no conv
     # pre-activation bn -> relu on a concat: a new tensor (the concat lives on), with the bn's scale
     pre = ops[("epilogue", "d.relu")]
     assert pre.inputs == ("cat",) and not pre.attrs["inplace"] and pre.attrs["scale"] is not None
@@ -101,36 +96,6 @@ def test_a_pool_epilogue_runs_where_the_pool_kernel_cannot_take_it(tiny):
         assert torch.equal(ex.forward(x), y_ref)
         assert {t.name: t.sparsity for t in ex.last_trace} == {t.name: t.sparsity for t in ref.last_trace}
     assert plain.pooled == 2   # both of tiny's pools, the first after the epilogue's own launch
-
-
-def test_a_head_runs_on_the_backends_kernel_or_as_torchs_ops(tiny):
-    """pool_linear on a backend with a head kernel gets the map, the classifier and the pre-activation (scale, shift,
-    relu); its logits are those of the lowering without the move. Where the flatten's value has another reader, or
-    without pool epilogues (16 bits), the three ops stay."""
-    F = torch.nn.functional
-
-    class Head(executor.TorchBackend):
-        calls = 0
-
-        def pool_linear(self, inp, weight, bias=None, scale=None, shift=None, relu=False):
-            self.calls += 1
-            c = inp.shape[1]
-            x = inp * scale.view(1, c, 1, 1) + shift.view(1, c, 1, 1)
-            return F.linear((x.relu() if relu else x).mean((2, 3)), weight, bias)
-
-    sd = weights.random_init(tiny, seed=5)
-    x = torch.randn(2, 3, 20, 20)
-    ref = executor.Executor(tiny, sd, executor.TorchBackend(), None, device="cpu", force="dense")
-    ref.program = lower.lower(tiny, sd, "cpu", pool_epilogues=False)
-    assert not any(op.kind == "pool_linear" for op in ref.program.ops)
-    be = Head()
-    y = executor.Executor(tiny, sd, be, None, device="cpu", force="dense").forward(x)
-    assert be.calls == 1
-    torch.testing.assert_close(y, ref.forward(x), rtol=1e-5, atol=1e-6)
-    two = parse_spec(TINY + "  - {name: fc3, op: linear, input: flat, in_features: 24, out_features: 5, param: fc3}\n"
-                     "  - {name: both, op: add, inputs: [fc2, fc3]}\n", "two.yaml")
-    kinds = [op.kind for op in lower.lower(two, weights.random_init(two, seed=1), "cpu").ops]
-    assert "pool_linear" not in kinds and kinds.count("linear") == 3 and "adaptive_avgpool" in kinds
 
 
 def test_folded_conv_equals_conv_then_batchnorm(tiny):

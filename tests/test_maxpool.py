@@ -8,8 +8,8 @@ import pytest
 from snn.codegen import bundle
 from snn.codegen.build import build, build_spec
 from snn.codegen.cache import CubinCache
-from snn.codegen.emit import (LINEAR_CLUSTER, MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, avgpool_function,
-                              maxpool_function, pool_linear_function, render_maxpool)
+from snn.codegen.emit import (MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, avgpool_function, maxpool_function,
+                              render_maxpool)
 from snn.codegen.spec import load_spec
 from snn.runtime import manifest
 
@@ -37,15 +37,8 @@ def test_render_per_precision():
     three = src.index("if (KH == 3 && KW == 3) {")
     assert three < src.index("u[k] = *reinterpret_cast<const VT*>") < src.index("if (in[k]) {") < src.index("} else {", three)
     assert avgpool_function() == "snn_avgpool" and "\nsnn_avgpool(" in src and "scale[c]" in src   # the average pool
-    # the head: a cluster's blocks share the pooled vector; the weight rows are requested before the wait
-    head = src[src.index("\nsnn_pool_linear("):]
-    assert pool_linear_function() == "snn_pool_linear" and f"__cluster_dims__({LINEAR_CLUSTER}, 1, 1)" in src
-    assert head.index("cp.async.cg.shared.global") < head.index("griddepcontrol.wait") < head.index("mapa.shared")
-    # a block leaves only once every block of its cluster has read its slice
-    assert head.rindex("barrier.cluster.wait") > head.rindex("output[")
     for p in ("bf16", "fp16"):
         fn, src = render_maxpool(p)
-        assert pool_linear_function(p) is None and "pool_linear" not in src
         assert not MAXPOOL_EPILOGUE[p] and "shift" not in src and f"__launch_bounds__({MAXPOOL_THREADS})\n" in src
         assert avgpool_function(p) is None and "avgpool" not in src
         assert fn == f"snn_maxpool_{p}" and "__hmax2_nan" in src and "uint4" in src and MAXPOOL_VECTOR[p] == 8
@@ -75,8 +68,6 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
     assert pool["block"] == [MAXPOOL_THREADS] and pool["vector"] == MAXPOOL_VECTOR[precision]
     assert pool["epilogue"] == MAXPOOL_EPILOGUE[precision]
     assert pool.get("avg_function") == avgpool_function(precision)   # FP32's average pool, in the same cubin
-    assert pool.get("linear_function") == pool_linear_function(precision)   # and its head
-    assert pool.get("linear_cluster") == (LINEAR_CLUSTER if precision == "fp32" else None)
     assert pool["registers"] > 0 and pool["stack"] == 0 and not bundle.verify(r.manifest_path.parent, m)
     cache = manifest.load(r.manifest_path, net, str(spec), 1, H100_CC, tuning_path=False)
     assert cache.maxpool["cubin"] == str(r.manifest_path.parent / f"cubins/{fn}.cubin")
@@ -88,18 +79,15 @@ def test_a_pooling_network_carries_the_kernel_in_its_bundle(tmp_path, monkeypatc
 
 
 @needs_nvcc
-@pytest.mark.parametrize("pool", ["op: relu, input: ra", "op: avgpool, input: ra, kernel: 2",
-                                  "op: global_avgpool, input: ra"])
+@pytest.mark.parametrize("pool", ["op: relu, input: ra", "op: avgpool, input: ra, kernel: 2"])
 def test_the_entry_is_there_where_the_network_pools(tmp_path, pool):
-    """No pool: no entry and no source; an average pool or a global one alone: the entry, its average pool and head
-    named."""
+    """No pool: no entry and no source; an average pool alone: the entry, its average pool named."""
     net = load_spec_text(tmp_path, POOLED.replace("op: maxpool, input: ra, kernel: 3, stride: 2, padding: 1", pool))
     stages = fake_stages()
     stages.render_maxpool = render_maxpool
     r = build(net, GPU(), [1], [0.5], out=tmp_path / "gen", stages=stages, cache=CubinCache(tmp_path / "cubins"))
     if "avgpool" in pool:
         assert r.manifest["maxpool"]["avg_function"] == "snn_avgpool"
-        assert r.manifest["maxpool"]["linear_function"] == "snn_pool_linear"
     else:
         assert "maxpool" not in r.manifest and not (r.manifest_path.parent / "src" / "snn_maxpool.cu").exists()
 

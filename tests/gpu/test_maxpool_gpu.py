@@ -2,8 +2,7 @@
 max_pool2d in every precision: padding, ceil_mode windows that hang over the edge, unequal kernel / stride /
 padding pairs, a batch, negative values and a NaN (it must win, as in torch); the output poisoned first. In FP32 also
 with its producer's epilogue (shift + ReLU on each value read) and the pooled zeros counted; and the FP32 average pool
-beside it (CudaBackend.avgpool), plain and with a pre-activation's batchnorm + ReLU, against torch's; and the head
-(CudaBackend.pool_linear: the global pool and the classifier in one launch) against float64."""
+beside it (CudaBackend.avgpool), plain and with a pre-activation's batchnorm + ReLU, against torch's."""
 import shutil
 
 import pytest
@@ -13,8 +12,8 @@ pytest.importorskip("cuda.bindings.driver")
 
 from snn.codegen.cache import CubinCache  # noqa: E402
 from snn.codegen.compile import Compiler  # noqa: E402
-from snn.codegen.emit import (LINEAR_CLUSTER, MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR,  # noqa: E402
-                              avgpool_function, maxpool_function, pool_linear_function, render_maxpool)
+from snn.codegen.emit import (MAXPOOL_EPILOGUE, MAXPOOL_THREADS, MAXPOOL_VECTOR, avgpool_function,  # noqa: E402
+                              maxpool_function, render_maxpool)
 from snn.codegen.spec import pool_out  # noqa: E402
 from snn.runtime.cuda import Device, torch_dtype  # noqa: E402
 from snn.runtime.kernels import CudaBackend  # noqa: E402
@@ -34,9 +33,7 @@ class _Bundle:
         self.precision, self.epilogue = precision, {"cubin": "", "function": "unused"}
         self.maxpool = {"cubin": cubin, "function": maxpool_function(precision), "block": [MAXPOOL_THREADS],
                         "vector": MAXPOOL_VECTOR[precision], "epilogue": MAXPOOL_EPILOGUE[precision], "pdl": True,
-                        **({"avg_function": avgpool_function(precision)} if avgpool_function(precision) else {}),
-                        **({"linear_function": pool_linear_function(precision), "linear_cluster": LINEAR_CLUSTER}
-                           if pool_linear_function(precision) else {})}
+                        **({"avg_function": avgpool_function(precision)} if avgpool_function(precision) else {})}
 
 
 @pytest.fixture(scope="module")
@@ -130,48 +127,3 @@ def test_avgpool_kernel_equals_torch_with_and_without_a_pre_activation(backends,
     torch.testing.assert_close(plain, F.avg_pool2d(x, k, s), rtol=1e-6, atol=1e-6)
     for prec in ("bf16", "fp16"):   # no average-pool kernel there: declined, torch pools
         assert backends[prec].avgpool(x.to(torch_dtype(torch, prec)), k, s, out_hw) is None
-
-
-HEAD_CASES = [  # batch, channels, H, W, classes
-    (1, 2048, 7, 7, 1000),    # ResNet-152's head
-    (1, 1920, 7, 7, 1000),    # DenseNet-201's
-    (8, 2048, 7, 7, 1000),    # batch 8: eight pooled vectors a block
-    (3, 96, 5, 3, 37),        # odd sizes: classes fewer than blocks, a last block with fewer rows
-]
-
-
-@pytest.mark.parametrize("pre", [False, True])
-@pytest.mark.parametrize("case", range(len(HEAD_CASES)))
-def test_pool_linear_kernel_equals_float64(backends, case, pre):
-    """bias + weight . mean over the pixels (of relu(x * scale + shift) with a pre-activation) against the same in
-    float64, to FP32 rounding; every logit written (the output poisoned first)."""
-    b, c, h, w, m = HEAD_CASES[case]
-    g = torch.Generator("cuda").manual_seed(30 + case)
-    x = torch.randn(b, c, h, w, device="cuda", generator=g).relu().contiguous(memory_format=torch.channels_last)
-    weight = torch.randn(m, c, device="cuda", generator=g) / c ** 0.5
-    bias = torch.randn(m, device="cuda", generator=g)
-    scale = torch.rand(c, device="cuda", generator=g) + 0.5 if pre else None
-    shift = torch.randn(c, device="cuda", generator=g) - 0.3 if pre else None
-    torch.full((b * m,), float("nan"), device="cuda")   # poison
-    y = backends["fp32"].pool_linear(x, weight, bias, scale, shift, pre)
-    x64 = x.double()
-    if pre:
-        x64 = (x64 * scale.double().view(1, c, 1, 1) + shift.double().view(1, c, 1, 1)).relu()
-    ref = x64.mean((2, 3)) @ weight.double().t() + bias.double()
-    assert y is not None and y.shape == (b, m) and not torch.isnan(y).any()
-    torch.testing.assert_close(y.double(), ref, rtol=1e-5, atol=1e-5)
-    if not pre:   # no bias: the product alone
-        torch.testing.assert_close(backends["fp32"].pool_linear(x, weight).double(), ref - bias.double(),
-                                   rtol=1e-5, atol=1e-5)
-
-
-def test_pool_linear_kernel_declines_what_it_cannot_take(backends):
-    x = torch.randn(2, 36, 4, 4, device="cuda").contiguous(memory_format=torch.channels_last)  # 36 % 32 != 0
-    assert backends["fp32"].pool_linear(x, torch.randn(10, 36, device="cuda")) is None
-    big = torch.randn(64, 2048, 2, 2, device="cuda").contiguous(memory_format=torch.channels_last)  # 64 pooled vectors
-    assert backends["fp32"].pool_linear(big, torch.randn(1000, 2048, device="cuda")) is None        # past a block
-    x = torch.randn(1, 64, 4, 4, device="cuda")
-    assert backends["fp32"].pool_linear(x.double(), torch.randn(10, 64, device="cuda")) is None     # not FP32
-    for prec in ("bf16", "fp16"):   # no head kernel there
-        xs = x.to(torch_dtype(torch, prec))
-        assert backends[prec].pool_linear(xs, torch.randn(10, 64, device="cuda").to(xs.dtype)) is None
