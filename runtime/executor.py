@@ -41,7 +41,6 @@ Executor, and no others:
 """
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -397,16 +396,9 @@ class Executor:
         prog = self.program
         B = x.shape[0]
         count = self._count_needed() and bool(prog.slots)
-        beside = None   # the stream the counters' reset runs on beside the pass's first op
         if capture is not None:
             counters = capture.counters
-            if count and os.environ.get("SNN_COUNTERS_BESIDE", "0") == "1" and self._first_counts_not(prog):
-                cur = torch.cuda.current_stream()
-                beside = torch.cuda.Stream()
-                beside.wait_stream(cur)
-                with torch.cuda.stream(beside):
-                    counters.zero_()
-            elif count:
+            if count:
                 counters.zero_()  # a memset node: every replay starts from zero
         else:
             counters = torch.zeros(max(1, len(prog.slots)), dtype=torch.int64, device=self.device) if count else None
@@ -476,19 +468,10 @@ class Executor:
                 env[op.name] = torch.flatten(env[op.inputs[0]], 1)
             elif op.kind == "linear":
                 env[op.name] = F.linear(env[op.inputs[0]], a["weight"], a["bias"])
-            if beside is not None:   # joined before the first op that may count
-                torch.cuda.current_stream().wait_stream(beside)
-                beside = None
             for v in prog.free_after[i]:
                 env.pop(v, None)
         self.last_trace = trace
         return env[prog.output]
-
-    def _first_counts_not(self, prog) -> bool:
-        """The pass's first op is a conv that counts no zeros (the image's: its epilogue in the max pool after it)."""
-        op = prog.ops[0] if prog.ops else None
-        return op is not None and op.kind == "conv" and op.name not in prog.eligible and \
-            (op.attrs.get("epilogue") or {}).get("slot") is None
 
     def _image_as_given(self, B) -> bool:
         """Whether the image stays in the caller's layout: every op that reads it is a conv whose direct kernel reads
