@@ -47,8 +47,8 @@ arch = "sm_%d%d" % dev.compute_capability
 subprocess.run(["nvcc", f"-arch={arch}", "-rdc=true", "-c", src, "-o", obj], check=True)
 subprocess.run(["nvcc", f"-arch={arch}", "-dlink", "-cubin", obj, "-lcudadevrt", "-o", cubin], check=True)
 
-keep = graph._Parts.__init__
-graph._Parts.__init__ = lambda self, torch, keep_=False: keep(self, torch, True)   # the raw graph kept
+init = graph._Parts.__init__
+graph._Parts.__init__ = lambda self, torch, keep=False: init(self, torch, True)   # the raw graph kept
 os.environ["SNN_GRAPH_SPLIT"] = "0"
 doc = {"network": t.net.name, "batch": batch, "profile": t.profile.name}
 with torch.no_grad():
