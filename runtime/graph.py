@@ -57,6 +57,16 @@ HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must
 MAIN_PRIORITY = -1
 # a pass of plain nodes of up to this many convs is one graph (split_before says why)
 ONE_GRAPH_MAX_CONVS = 160
+# weights ahead: each kernel's weights are requested into L2 by a side node that runs beside the kernel this many
+# weight reads before it (a pair kernel reads two), so they come from L2, not HBM. ResNet-152 at batch 1 (H200):
+# 1.2307 -> 1.2294 / 1.2239 / 1.2275 ms ahead by 1 / 2 / 3 (docs/results/fusion/h200/prefetch/)
+PREFETCH_AHEAD = 2
+PREFETCH_MIN_BYTES = 0   # weights smaller than this are not requested ahead
+
+
+def prefetch_enabled() -> bool:
+    """SNN_PREFETCH=0 records no weights ahead (docs/graphs.md, "Weights ahead")."""
+    return os.environ.get("SNN_PREFETCH", "1") != "0"
 
 
 def main_priority() -> int:
@@ -258,6 +268,11 @@ class Capture:
         self._aliases = handoff.value_aliases(ex.ops)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
+        self._main = None                      # the stream the pass is recorded on (the main chain)
+        self._prefetch = None                  # the selector cubin's L2 prefetch (set by _prepare where it has one)
+        self._marks: list = []                 # the chain's point at each of the last weight reads (weights)
+        self._fetched: set[int] = set()        # weights requested already
+        self._prefetching = False              # a prefetch recorded since the last join
         self._split_at = split_before(len(ex.convs), any(t.constant_branch() is None for t in self.tables.values()))
         self._prepare()
         self._plan_handoffs()
@@ -319,6 +334,10 @@ class Capture:
         self.clear_stream = own_stream(torch, dev.drv, self, main_priority())   # the sums regions' clears
         self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
+        if sel.get("prefetch") and prefetch_enabled():
+            dev.function(sel["cubin"], sel["prefetch"])
+            self._prefetch = sel["prefetch"]
+            self.prefetch_stream = own_stream(torch, dev.drv, self)   # the least priority: beside everything
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
     # -- during capture ----------------------------------------------------------------------------
@@ -339,9 +358,47 @@ class Capture:
     def conv_op(self, op):
         """Every conv op of the pass comes here first, in program order: the second graph begins at the conv
         split_before names, whatever path the conv takes (a decided one, cuDNN's, 16 bits')."""
+        if self._prefetch is not None and self._main is None:
+            self._main = self.torch.cuda.current_stream()
         if self.parts is not None and self._convs == self._split_at:
             self._split()
         self._convs += 1
+
+    def weights(self, w):
+        """Executor._weight_in, as a kernel about to be recorded gets its weights `w`: on the main chain (not in a
+        SWITCH body, not on a side branch) they are requested into L2 by a node of the prefetch stream that waits for
+        the chain's point PREFETCH_AHEAD weight reads back, so it runs beside the kernels before this one."""
+        if self._prefetch is None or not self._on_main():
+            return
+        self._marks = self._marks[-PREFETCH_AHEAD:] + [self._mark()]
+        if len(self._marks) > PREFETCH_AHEAD and w.data_ptr() not in self._fetched and \
+                w.numel() * w.element_size() >= PREFETCH_MIN_BYTES:
+            self._fetched.add(w.data_ptr())
+            self._request(self._marks[0], w)
+
+    def _on_main(self) -> bool:
+        return self.torch.cuda.current_stream() == self._main
+
+    def _mark(self):
+        e = self.torch.cuda.Event()
+        e.record()
+        return e
+
+    def _request(self, after, w):
+        torch = self.torch
+        self.prefetch_stream.wait_event(after)
+        nbytes = w.numel() * w.element_size()
+        blocks = max(1, min(16, nbytes >> 19))   # 512 KB a block, 4 KB a request
+        with torch.cuda.stream(self.prefetch_stream):
+            self.runner.device.launch(self.runner.selector["cubin"], self._prefetch, (blocks, 1, 1), (128, 1, 1), 0,
+                                      [(w.data_ptr(), _PTR), (nbytes, _U64)])
+        self._prefetching = True
+
+    def _join_prefetch(self):
+        if self._prefetching:
+            self.torch.cuda.current_stream().wait_stream(self.prefetch_stream)
+            self._prefetching = False
+        self._marks = []                       # events of this graph: the next one cannot wait for them
 
     def reads(self, op):
         """Every op of the pass comes here before it is recorded: the side branch of a value it reads joins here."""
@@ -457,6 +514,7 @@ class Capture:
         assert not self._paired, f"pair kernels' second convs never reached: {sorted(self._paired)}"
         for v in list(self._forks):
             self._join(v, None)
+        self._join_prefetch()
         if self.sums is not None and self.sums.dirty():
             self._clear(self._last_read)   # beside the pass's tail, not after it
         if self._cleared:
@@ -467,6 +525,7 @@ class Capture:
         graph, and the next graph waits for nothing of the last one: it runs after it, so every clear is done."""
         for v in list(self._forks):
             self._join(v, None)
+        self._join_prefetch()
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
             self._cleared = False
