@@ -239,7 +239,7 @@ class Executor:
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
-        self.weights_hook = None   # while a graph is recorded: each kernel's weights as it is launched (Capture.weights)
+        self.weights_hook = None   # while a graph is recorded: each kernel's weights at its launch (Capture.weights)
         self._pool_weights: dict[int, object] = {}   # pixels of a map -> 1 / pixels as a row (_adaptive_avgpool)
         self._as_given: dict[int, bool] = {}         # batch -> whether the image stays NCHW (_image_as_given)
         self.tensorcore = None  # 16 bits: runtime/tensorcore.TensorCoreConvs, where the bundle has such kernels

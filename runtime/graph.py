@@ -36,6 +36,7 @@ import ctypes
 import functools
 import gc
 import os
+import statistics
 import sys
 import weakref
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
 from .kernels import counter_ptr, in_place_pitch, pixel_pitch
 from .manifest import build_command
+from .measure.timing import event_median_s
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
 HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must outlast the rest's launch
@@ -61,12 +63,23 @@ ONE_GRAPH_MAX_CONVS = 160
 # weight reads before it (a pair kernel reads two), so they come from L2, not HBM. ResNet-152 at batch 1 (H200):
 # 1.2307 -> 1.2294 / 1.2239 / 1.2275 ms ahead by 1 / 2 / 3 (docs/results/fusion/h200/prefetch/)
 PREFETCH_AHEAD = 2
-PREFETCH_MIN_BYTES = 0   # weights smaller than this are not requested ahead
+# whether a pass takes them is measured when it is captured (GraphRunner._capture): in one process, five rounds,
+# ResNet-152 went 1.2339 -> 1.2227 ms at batch 1 and DenseNet-201 1.1802 -> 1.2054 (its 200 kernels' weights are
+# small: 1.1882 requesting only those of 1 MB or more); kept where this much faster, as calibrate's MARGIN
+PREFETCH_MARGIN = 0.003
+PREFETCH_ROUNDS = 3
 
 
-def prefetch_enabled() -> bool:
-    """SNN_PREFETCH=0 records no weights ahead (docs/graphs.md, "Weights ahead")."""
-    return os.environ.get("SNN_PREFETCH", "1") != "0"
+def prefetch_mode() -> bool | None:
+    """SNN_PREFETCH: 0 never, 1 always; unset, where the pass measures faster with them (docs/graphs.md,
+    "Weights ahead")."""
+    v = os.environ.get("SNN_PREFETCH", "")
+    return None if v == "" else v != "0"
+
+
+def prefetch_pays(off_ms: list[float], on_ms: list[float], margin: float = PREFETCH_MARGIN) -> bool:
+    """Whether the pass with the weights ahead replayed faster than without, by `margin` of the median."""
+    return statistics.median(on_ms) < statistics.median(off_ms) * (1 - margin)
 
 
 def main_priority() -> int:
@@ -234,8 +247,9 @@ class Capture:
     """State of one input shape's graph: counters, selector tables, branch record; used by
     Executor.forward(x, capture=...) while torch records the graph."""
 
-    def __init__(self, runner: "GraphRunner", batch: int):
+    def __init__(self, runner: "GraphRunner", batch: int, prefetch: bool = False):
         torch = self.torch = runner.torch
+        self.prefetch = prefetch              # the weights ahead recorded (weights), where the selector cubin has them
         ex = self.ex = runner.executor
         self.runner, self.batch = runner, batch
         self.counters = torch.zeros(max(1, len(ex.slots)), dtype=torch.int64, device=ex.device)
@@ -334,7 +348,7 @@ class Capture:
         self.clear_stream = own_stream(torch, dev.drv, self, main_priority())   # the sums regions' clears
         self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
-        if sel.get("prefetch") and prefetch_enabled():
+        if sel.get("prefetch") and self.prefetch:
             dev.function(sel["cubin"], sel["prefetch"])
             self._prefetch = sel["prefetch"]
             self.prefetch_stream = own_stream(torch, dev.drv, self)   # the least priority: beside everything
@@ -371,8 +385,7 @@ class Capture:
         if self._prefetch is None or not self._on_main():
             return
         self._marks = self._marks[-PREFETCH_AHEAD:] + [self._mark()]
-        if len(self._marks) > PREFETCH_AHEAD and w.data_ptr() not in self._fetched and \
-                w.numel() * w.element_size() >= PREFETCH_MIN_BYTES:
+        if len(self._marks) > PREFETCH_AHEAD and w.data_ptr() not in self._fetched:
             self._fetched.add(w.data_ptr())
             self._request(self._marks[0], w)
 
@@ -653,11 +666,14 @@ class _Graph:
 class GraphRunner:
     """Executor.forward as one CUDA graph per input shape. `forward(x)` captures on the first call for
     x's shape, then only copies x in and replays; the branches are read back for the trace when it is read.
-    pair_kernels=False: no pair kernels (runtime/pairs.py), as calibrate's in-graph trials run."""
+    pair_kernels=False: no pair kernels (runtime/pairs.py), as calibrate's in-graph trials run; prefetch: the weights
+    ahead (Capture.weights) on, off, or None: on where the pass measures faster with them (SNN_PREFETCH sets it)."""
 
-    def __init__(self, executor, device, pair_kernels: bool = True):
+    def __init__(self, executor, device, pair_kernels: bool = True, prefetch: bool | None = None):
         torch = self.torch = import_torch()
         self.executor, self.device = executor, device
+        # the weights ahead: True / False, or None: each shape's pass captured both ways and the faster kept
+        self.prefetch = prefetch_mode() if prefetch is None else prefetch
         self.captures = 0
         # pair kernels timed against their convs' own (runtime/pairs.py); None: every conv on its own kernel
         self.pair_timings = pairs.Timings(executor) if pair_kernels else None
@@ -731,9 +747,28 @@ class GraphRunner:
             ex.forward(static_x)
         cur.wait_stream(side)
         torch.cuda.synchronize()
+        selector = self.selector or {}
+        if self.prefetch is False or not selector.get("prefetch"):
+            return self._record(static_x, False)
+        on = self._record(static_x, True)
+        if self.prefetch or not on.capture._fetched:
+            return on
+        off = self._record(static_x, False)
+        ms = {False: [], True: []}
+        for _ in range(PREFETCH_ROUNDS):       # in turn, so that the device's drift falls on both
+            for k, st in ((False, off), (True, on)):
+                ms[k].append(event_median_s(torch, st.graph.replay, 20, warmup=3) * 1e3)
+        keep = prefetch_pays(ms[False], ms[True])
+        with_, without = statistics.median(ms[True]), statistics.median(ms[False])
+        self.notes.append(f"weights ahead at batch {x.shape[0]}: {'on' if keep else 'off'} (replay {with_:.3f} ms "
+                          f"with them, {without:.3f} without)")
+        return on if keep else off
+
+    def _record(self, static_x, prefetch: bool) -> _Graph:
+        torch, ex = self.torch, self.executor
         dot = os.environ.get("SNN_GRAPH_DOT")  # debugging: the captured graph as DOT, before instantiation
         while True:
-            cap = Capture(self, static_x.shape[0])
+            cap = Capture(self, static_x.shape[0], prefetch)
             g = cap.parts = _Parts(torch, keep=bool(dot))
             try:
                 with _no_gc(), g.recording():
