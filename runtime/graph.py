@@ -61,11 +61,11 @@ MAIN_PRIORITY = -1
 ONE_GRAPH_MAX_CONVS = 160
 # weights ahead: each kernel's weights are requested into L2 by a side node that runs beside the kernel this many
 # weight reads before it (a pair kernel reads two), so they come from L2, not HBM. ResNet-152 at batch 1 (H200):
-# 1.2307 -> 1.2294 / 1.2239 / 1.2275 ms ahead by 1 / 2 / 3 (docs/results/fusion/h200/prefetch/)
+# 1.2307 -> 1.2294 / 1.2239 / 1.2275 ms ahead by 1 / 2 / 3 (docs/performance.md, "The weights ahead")
 PREFETCH_AHEAD = 2
 # whether a pass takes them is measured when it is captured (GraphRunner._capture): in one process, five rounds,
-# ResNet-152 went 1.2339 -> 1.2227 ms at batch 1 and DenseNet-201 1.1802 -> 1.2054 (its 200 kernels' weights are
-# small: 1.1882 requesting only those of 1 MB or more); kept where this much faster, as calibrate's MARGIN
+# ResNet-152 went 1.2275 -> 1.2199 ms at batch 1 and DenseNet-201 1.1834 -> 1.2061 (its 200 kernels' weights are
+# small; docs/results/fusion/h200/prefetch/); kept where this much faster, as calibrate's MARGIN
 PREFETCH_MARGIN = 0.003
 PREFETCH_ROUNDS = 3
 
@@ -747,6 +747,7 @@ class GraphRunner:
             ex.forward(static_x)
         cur.wait_stream(side)
         torch.cuda.synchronize()
+        self.captures += 1                     # one a shape, however many recordings its choice took
         selector = self.selector or {}
         if self.prefetch is False or not selector.get("prefetch"):
             return self._record(static_x, False)
@@ -786,5 +787,4 @@ class GraphRunner:
                 self.notes.append(f"{e}: captured dense, without a device-side decision")
             except RunError as e:
                 raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
-        self.captures += 1
         return _Graph(g, static_x, out, cap, list(ex.last_trace))
