@@ -38,7 +38,7 @@ from .compile import ARCH_RE, Compiler, check_arch, problems, resources
 from .dense import DenseConfig
 from .direct import DirectConfig
 from .emit import (EPILOGUE16_VECTOR, EPILOGUE_IN_LD, EPILOGUE_ZERO_RANGE, MAXPOOL_EPILOGUE, MAXPOOL_THREADS,
-                   MAXPOOL_VECTOR, PDL, PREFETCH_FUNCTION,
+                   MAXPOOL_VECTOR, PDL,
                    avgpool_function, epilogue_function, maxpool_function)
 from .errors import UserError
 from .spec import Network
@@ -581,8 +581,6 @@ def _manifest(net, gpu_name, arch, capability, tc, batches, levels, plans, wante
         extra["candidates"] = kw["candidates"]
     if sel_name:  # one-thread kernel: reads a layer's zero counter, sets its conditional node (runtime/graph.py)
         extra["selector"] = {**placed[sel_name], "function": sel_name, "pdl": PDL, **resources(records[sel_name])}
-        if PREFETCH_FUNCTION in records[sel_name]["functions"]:   # the same cubin: weights into L2 ahead of use
-            extra["selector"]["prefetch"] = PREFETCH_FUNCTION
     if pool_name:
         extra["maxpool"] = _maxpool_entry(placed[pool_name], records[pool_name], bundle.DEFAULT_PRECISION)
     if direct:

@@ -354,13 +354,9 @@ def render_maxpool(precision: str = "fp32") -> tuple[str, str]:
         AVG=avgpool_function(precision))
 
 
-# the selector's cubin also holds the graph's L2 prefetch of the weights ahead (runtime/graph.py, "Weights ahead")
-PREFETCH_FUNCTION = "snn_prefetch_l2"
-
-
 def render_selector() -> tuple[str, str]:
-    """The device-side dense/sparse selector (runtime/graph.py), and PREFETCH_FUNCTION beside it; EPS must be
-    runtime/dispatch.py's _EPS (a test checks it; codegen does not import the runtime)."""
+    """The device-side dense/sparse selector (runtime/graph.py); EPS must be runtime/dispatch.py's _EPS
+    (a test checks it; codegen does not import the runtime)."""
     return "snn_select", _env().get_template("selector.cu.j2").render(EPS=repr(1e-9))
 
 

@@ -15,8 +15,7 @@ A candidate is kept only if it is MARGIN faster and stays so when both are measu
 order. Shapes go in order of their layer count: the JOINT largest tried together (every combination of their
 candidates), then each other one on top of the verdicts before it. The verdicts go to the tuning file's "graph"
 section (runtime/tuning.py applies them at load); the measurements are not touched. The trials run without pair
-kernels (runtime/pairs.py): those replace a pair's two kernels where they time faster than the ones chosen here;
-and without the weights ahead (runtime/graph.py), which the runner measures on and off once the kernels are chosen.
+kernels (runtime/pairs.py): those replace a pair's two kernels where they time faster than the ones chosen here.
 """
 from __future__ import annotations
 
@@ -122,7 +121,7 @@ class GraphTrial:
             e["static_kernel"] = k
         try:
             ex = Executor(self.net, self.sd, env.backend(self.cache), self.cache, str(env.device), "auto")
-            runner = GraphRunner(ex, env.dev, pair_kernels=False, prefetch=False)   # the trial's kernels alone
+            runner = GraphRunner(ex, env.dev, pair_kernels=False)   # the trial's kernels, not a pair's in their place
             out = runner(self.x)
             ms = event_median_s(torch, runner.replayer(self.x), self.reps, warmup=5) * 1e3
             if keep:

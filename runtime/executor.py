@@ -239,7 +239,6 @@ class Executor:
         if precision != "fp32":
             _cast(self.program, self.dtype)
         self._layout_cache: dict[tuple[str, str], object] = {}
-        self.weights_hook = None   # while a graph is recorded: each kernel's weights at its launch (Capture.weights)
         self._pool_weights: dict[int, object] = {}   # pixels of a map -> 1 / pixels as a row (_adaptive_avgpool)
         self._as_given: dict[int, bool] = {}         # batch -> whether the image stays NCHW (_image_as_given)
         self.tensorcore = None  # 16 bits: runtime/tensorcore.TensorCoreConvs, where the bundle has such kernels
@@ -286,10 +285,7 @@ class Executor:
                 # a sparse kernel copies its weights before it waits for its stream predecessor (programmatic
                 # launch, runtime/cuda.py): they must not come from the kernel right before it
                 self.torch.cuda.synchronize()
-        w = self._layout_cache[key]
-        if self.weights_hook is not None:
-            self.weights_hook(w)
-        return w
+        return self._layout_cache[key]
 
     def _workspace(self, name: str, kentry: dict) -> dict:
         if name not in self._workspace_cache:
@@ -400,7 +396,6 @@ class Executor:
         prog = self.program
         B = x.shape[0]
         count = self._count_needed() and bool(prog.slots)
-        self.weights_hook = capture.weights if capture is not None else None
         if capture is not None:
             counters = capture.counters
             if count:
@@ -476,7 +471,6 @@ class Executor:
             for v in prog.free_after[i]:
                 env.pop(v, None)
         self.last_trace = trace
-        self.weights_hook = None
         return env[prog.output]
 
     def _image_as_given(self, B) -> bool:

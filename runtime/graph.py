@@ -36,7 +36,6 @@ import ctypes
 import functools
 import gc
 import os
-import statistics
 import sys
 import weakref
 from dataclasses import dataclass
@@ -47,7 +46,6 @@ from .errors import RunError
 from .executor import InputEpilogue, LayerTrace
 from .kernels import counter_ptr, in_place_pitch, pixel_pitch
 from .manifest import build_command
-from .measure.timing import event_median_s
 
 _PTR, _I64, _I32, _U64 = ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_ulonglong
 HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must outlast the rest's launch
@@ -59,27 +57,6 @@ HEAD = 1 / 8   # the share of the convs the first graph holds: its GPU time must
 MAIN_PRIORITY = -1
 # a pass of plain nodes of up to this many convs is one graph (split_before says why)
 ONE_GRAPH_MAX_CONVS = 160
-# weights ahead: each kernel's weights are requested into L2 by a side node that runs beside the kernel this many
-# weight reads before it (a pair kernel reads two), so they come from L2, not HBM. ResNet-152 at batch 1 (H200):
-# 1.2307 -> 1.2294 / 1.2239 / 1.2275 ms ahead by 1 / 2 / 3 (docs/performance.md, "The weights ahead")
-PREFETCH_AHEAD = 2
-# whether a pass takes them is measured when it is captured (GraphRunner._capture): in one process, five rounds,
-# ResNet-152 went 1.2275 -> 1.2199 ms at batch 1 and DenseNet-201 1.1834 -> 1.2061 (its 200 kernels' weights are
-# small; docs/results/fusion/h200/prefetch/); kept where this much faster, as calibrate's MARGIN
-PREFETCH_MARGIN = 0.003
-PREFETCH_ROUNDS = 3
-
-
-def prefetch_mode() -> bool | None:
-    """SNN_PREFETCH: 0 never, 1 always; unset, where the pass measures faster with them (docs/graphs.md,
-    "Weights ahead")."""
-    v = os.environ.get("SNN_PREFETCH", "")
-    return None if v == "" else v != "0"
-
-
-def prefetch_pays(off_ms: list[float], on_ms: list[float], margin: float = PREFETCH_MARGIN) -> bool:
-    """Whether the pass with the weights ahead replayed faster than without, by `margin` of the median."""
-    return statistics.median(on_ms) < statistics.median(off_ms) * (1 - margin)
 
 
 def main_priority() -> int:
@@ -247,9 +224,8 @@ class Capture:
     """State of one input shape's graph: counters, selector tables, branch record; used by
     Executor.forward(x, capture=...) while torch records the graph."""
 
-    def __init__(self, runner: "GraphRunner", batch: int, prefetch: bool = False):
+    def __init__(self, runner: "GraphRunner", batch: int):
         torch = self.torch = runner.torch
-        self.prefetch = prefetch              # the weights ahead recorded (weights), where the selector cubin has them
         ex = self.ex = runner.executor
         self.runner, self.batch = runner, batch
         self.counters = torch.zeros(max(1, len(ex.slots)), dtype=torch.int64, device=ex.device)
@@ -282,11 +258,6 @@ class Capture:
         self._aliases = handoff.value_aliases(ex.ops)
         self.parts: _Parts | None = None      # set by GraphRunner: the graphs being recorded (None: no split)
         self._convs = 0                        # conv ops recorded so far (every conv: dense, 16-bit, decided)
-        self._main = None                      # the stream the pass is recorded on (the main chain)
-        self._prefetch = None                  # the selector cubin's L2 prefetch (set by _prepare where it has one)
-        self._marks: list = []                 # the chain's point at each of the last weight reads (weights)
-        self._fetched: set[int] = set()        # weights requested already
-        self._prefetching = False              # a prefetch recorded since the last join
         self._split_at = split_before(len(ex.convs), any(t.constant_branch() is None for t in self.tables.values()))
         self._prepare()
         self._plan_handoffs()
@@ -348,10 +319,6 @@ class Capture:
         self.clear_stream = own_stream(torch, dev.drv, self, main_priority())   # the sums regions' clears
         self.branch_stream = own_stream(torch, dev.drv, self)  # convs beside the main chain (branches.py)
         self.pool = torch.cuda.MemPool()  # the dense bodies' outputs and cuDNN workspaces; lives with the graph
-        if sel.get("prefetch") and self.prefetch:
-            dev.function(sel["cubin"], sel["prefetch"])
-            self._prefetch = sel["prefetch"]
-            self.prefetch_stream = own_stream(torch, dev.drv, self)   # the least priority: beside everything
         self.ctx = check(dev.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
 
     # -- during capture ----------------------------------------------------------------------------
@@ -372,46 +339,9 @@ class Capture:
     def conv_op(self, op):
         """Every conv op of the pass comes here first, in program order: the second graph begins at the conv
         split_before names, whatever path the conv takes (a decided one, cuDNN's, 16 bits')."""
-        if self._prefetch is not None and self._main is None:
-            self._main = self.torch.cuda.current_stream()
         if self.parts is not None and self._convs == self._split_at:
             self._split()
         self._convs += 1
-
-    def weights(self, w):
-        """Executor._weight_in, as a kernel about to be recorded gets its weights `w`: on the main chain (not in a
-        SWITCH body, not on a side branch) they are requested into L2 by a node of the prefetch stream that waits for
-        the chain's point PREFETCH_AHEAD weight reads back, so it runs beside the kernels before this one."""
-        if self._prefetch is None or not self._on_main():
-            return
-        self._marks = self._marks[-PREFETCH_AHEAD:] + [self._mark()]
-        if len(self._marks) > PREFETCH_AHEAD and w.data_ptr() not in self._fetched:
-            self._fetched.add(w.data_ptr())
-            self._request(self._marks[0], w)
-
-    def _on_main(self) -> bool:
-        return self.torch.cuda.current_stream() == self._main
-
-    def _mark(self):
-        e = self.torch.cuda.Event()
-        e.record()
-        return e
-
-    def _request(self, after, w):
-        torch = self.torch
-        self.prefetch_stream.wait_event(after)
-        nbytes = w.numel() * w.element_size()
-        blocks = max(1, min(16, nbytes >> 19))   # 512 KB a block, 4 KB a request
-        with torch.cuda.stream(self.prefetch_stream):
-            self.runner.device.launch(self.runner.selector["cubin"], self._prefetch, (blocks, 1, 1), (128, 1, 1), 0,
-                                      [(w.data_ptr(), _PTR), (nbytes, _U64)])
-        self._prefetching = True
-
-    def _join_prefetch(self):
-        if self._prefetching:
-            self.torch.cuda.current_stream().wait_stream(self.prefetch_stream)
-            self._prefetching = False
-        self._marks = []                       # events of this graph: the next one cannot wait for them
 
     def reads(self, op):
         """Every op of the pass comes here before it is recorded: the side branch of a value it reads joins here."""
@@ -527,7 +457,6 @@ class Capture:
         assert not self._paired, f"pair kernels' second convs never reached: {sorted(self._paired)}"
         for v in list(self._forks):
             self._join(v, None)
-        self._join_prefetch()
         if self.sums is not None and self.sums.dirty():
             self._clear(self._last_read)   # beside the pass's tail, not after it
         if self._cleared:
@@ -538,7 +467,6 @@ class Capture:
         graph, and the next graph waits for nothing of the last one: it runs after it, so every clear is done."""
         for v in list(self._forks):
             self._join(v, None)
-        self._join_prefetch()
         if self._cleared:
             self.torch.cuda.current_stream().wait_stream(self.clear_stream)
             self._cleared = False
@@ -666,14 +594,11 @@ class _Graph:
 class GraphRunner:
     """Executor.forward as one CUDA graph per input shape. `forward(x)` captures on the first call for
     x's shape, then only copies x in and replays; the branches are read back for the trace when it is read.
-    pair_kernels=False: no pair kernels (runtime/pairs.py), as calibrate's in-graph trials run; prefetch: the weights
-    ahead (Capture.weights) on, off, or None: on where the pass measures faster with them (SNN_PREFETCH sets it)."""
+    pair_kernels=False: no pair kernels (runtime/pairs.py), as calibrate's in-graph trials run."""
 
-    def __init__(self, executor, device, pair_kernels: bool = True, prefetch: bool | None = None):
+    def __init__(self, executor, device, pair_kernels: bool = True):
         torch = self.torch = import_torch()
         self.executor, self.device = executor, device
-        # the weights ahead: True / False, or None: each shape's pass captured both ways and the faster kept
-        self.prefetch = prefetch_mode() if prefetch is None else prefetch
         self.captures = 0
         # pair kernels timed against their convs' own (runtime/pairs.py); None: every conv on its own kernel
         self.pair_timings = pairs.Timings(executor) if pair_kernels else None
@@ -747,29 +672,9 @@ class GraphRunner:
             ex.forward(static_x)
         cur.wait_stream(side)
         torch.cuda.synchronize()
-        self.captures += 1                     # one a shape, however many recordings its choice took
-        selector = self.selector or {}
-        if self.prefetch is False or not selector.get("prefetch"):
-            return self._record(static_x, False)
-        on = self._record(static_x, True)
-        if self.prefetch or not on.capture._fetched:
-            return on
-        off = self._record(static_x, False)
-        ms = {False: [], True: []}
-        for _ in range(PREFETCH_ROUNDS):       # in turn, so that the device's drift falls on both
-            for k, st in ((False, off), (True, on)):
-                ms[k].append(event_median_s(torch, st.graph.replay, 20, warmup=3) * 1e3)
-        keep = prefetch_pays(ms[False], ms[True])
-        with_, without = statistics.median(ms[True]), statistics.median(ms[False])
-        self.notes.append(f"weights ahead at batch {x.shape[0]}: {'on' if keep else 'off'} (replay {with_:.3f} ms "
-                          f"with them, {without:.3f} without)")
-        return on if keep else off
-
-    def _record(self, static_x, prefetch: bool) -> _Graph:
-        torch, ex = self.torch, self.executor
         dot = os.environ.get("SNN_GRAPH_DOT")  # debugging: the captured graph as DOT, before instantiation
         while True:
-            cap = Capture(self, static_x.shape[0], prefetch)
+            cap = Capture(self, static_x.shape[0])
             g = cap.parts = _Parts(torch, keep=bool(dot))
             try:
                 with _no_gc(), g.recording():
@@ -787,4 +692,5 @@ class GraphRunner:
                 self.notes.append(f"{e}: captured dense, without a device-side decision")
             except RunError as e:
                 raise RunError(f"capturing the forward pass as a CUDA graph failed: {e}; run with --no-graph") from None
+        self.captures += 1
         return _Graph(g, static_x, out, cap, list(ex.last_trace))

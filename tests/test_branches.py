@@ -69,7 +69,7 @@ def block():
     return parse_spec(BLOCK, "block.yaml")
 
 
-def captured(net, monkeypatch, enabled="1", split=None, prefetch=False):
+def captured(net, monkeypatch, enabled="1", split=None):
     torch = pytest.importorskip("torch")
     from snn.runtime import executor, weights
     from test_graph_torch import CpuCapture, Runner
@@ -98,37 +98,7 @@ def captured(net, monkeypatch, enabled="1", split=None, prefetch=False):
             order.append(("conv", op.name))
             return super().conv(op, *a, **k)
 
-    class Prefetching(Logged):   # the weights ahead, one stream on the CPU: which read waits for which mark
-        forked = False
-
-        def _fork(self, name, record, keep):
-            self.forked = True
-            super()._fork(name, record, keep)
-            self.forked = False
-
-        def _on_main(self):
-            return not self.forked
-
-        def weights(self, w):
-            order.append(("read", w.data_ptr(), self._on_main()))
-            super().weights(w)
-
-        def _mark(self):
-            order.append(("mark", len([o for o in order if o[0] == "mark"])))
-            return order[-1][1]
-
-        def _request(self, after, w):
-            order.append(("prefetch", after, w.data_ptr()))
-            self._prefetching = True
-
-        def _join_prefetch(self):
-            if self._prefetching:
-                order.append(("join prefetch",))
-            self._prefetching, self._marks = False, []
-
-    cap = (Prefetching if prefetch else Logged)(Runner(ex), 2)
-    if prefetch:
-        cap._prefetch = "snn_prefetch_l2"
+    cap = Logged(Runner(ex), 2)
     cap.bodies = []
     if split is not None:
         class Parts:
@@ -160,24 +130,6 @@ def test_a_graph_split_between_fork_and_join_joins_the_branch_first(block, monke
     assert cap.joins == [("b.down", None)]
     assert order.index(("fork", "b.down")) < order.index(("join", "b.down")) < order.index(("split", 3)) \
         < order.index(("conv", "b.conv3"))
-
-
-def test_weights_ahead_each_chain_read_waits_for_the_mark_two_reads_back(block, monkeypatch):
-    """Each kernel's weights on the main chain are requested once, after the chain's point PREFETCH_AHEAD weight
-    reads before it (so beside the kernels between); the first reads have nothing before them, the side branch's
-    kernel (the downsample) is not prefetched, and the end joins the prefetch stream."""
-    from snn.runtime import graph
-    cap, order = captured(block, monkeypatch, prefetch=True)
-    reads = [o for o in order if o[0] == "read"]
-    chain = [ptr for _, ptr, main in reads if main]
-    assert len(chain) > graph.PREFETCH_AHEAD and sum(not main for *_, main in reads) == 1   # the downsample
-    requests = [o[1:] for o in order if o[0] == "prefetch"]
-    ahead = graph.PREFETCH_AHEAD
-    assert requests == [(u - ahead, ptr) for u, ptr in enumerate(chain) if u >= ahead]
-    for u, ptr in enumerate(chain[ahead:], ahead):   # recorded as the read, before the kernel that reads
-        assert order.index(("prefetch", u - ahead, ptr)) == order.index(("mark", u)) + 1
-    last = max(i for i, o in enumerate(order) if o[0] == "prefetch")
-    assert ("join prefetch",) in order[last:]
 
 
 def test_resnet_branches_are_its_four_downsamples_densenet_has_none():

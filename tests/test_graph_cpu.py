@@ -190,22 +190,3 @@ def test_no_gc_while_capturing_restores_the_collector():
         assert not gc.isenabled()
     finally:
         gc.enable()
-
-
-def test_the_weights_ahead_are_kept_only_where_the_pass_replays_faster(monkeypatch):
-    from snn.runtime import graph
-    assert graph.prefetch_pays([1.234, 1.233, 1.240], [1.223, 1.222, 1.225])       # ResNet-152's 0.9 %
-    assert not graph.prefetch_pays([1.180, 1.181, 1.179], [1.205, 1.204, 1.206])   # DenseNet-201: slower
-    assert not graph.prefetch_pays([1.000, 1.000], [0.999, 0.998])                  # within the margin
-    monkeypatch.delenv("SNN_PREFETCH", raising=False)
-    assert graph.prefetch_mode() is None
-    monkeypatch.setenv("SNN_PREFETCH", "0")
-    assert graph.prefetch_mode() is False
-    monkeypatch.setenv("SNN_PREFETCH", "1")
-    assert graph.prefetch_mode() is True
-
-
-def test_the_selector_cubin_holds_the_l2_prefetch():
-    from snn.codegen.emit import PREFETCH_FUNCTION
-    _, src = render_selector()
-    assert "snn_select(" in src and f"{PREFETCH_FUNCTION}(" in src and "cp.async.bulk.prefetch.L2" in src

@@ -86,7 +86,7 @@ def _snn_run(env, net, sd_cpu, cache, sets, targets, graphs, reps, warmup, nv, B
             rec["rel_err_graph_vs_fp64"] = _rel_err(torch, y, dense_ref)
             rec["graph_trace"] = _trace_rows(snn.last_trace, targets)
             if runner.notes:
-                rec["notes"]["capture"] = list(runner.notes)   # layers captured dense, the weights ahead
+                rec["notes"]["dense_layers"] = list(runner.notes)
             rec["replay_ms"] = round(event_median_s(torch, runner.replayer(sets[0]), 30, warmup=1) * 1e3, 4)
             fn = runner
             profiled.append((rec, runner, sets[0]))
