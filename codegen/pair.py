@@ -38,7 +38,11 @@ MAX_BATCH = 1
 # (runtime/pairs.py)
 CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (32, 64, 128, 1, 2, True),
               (32, 64, 128, 1, 2, True, 2 * TX),
-              (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK))
+              (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK),
+              # 28-pixel tiles (two rows of a 14-wide map): the 196 pixels of a 14x14 map in 7 whole tiles where 32-pixel
+              # ones leave the seventh cluster 4 pixels; the first conv's K over a group a warp (7 x 8 accumulators a
+              # thread) or 4 groups of two warps (7 x 4), the second's 64 threads along N (7 x 4)
+              (28, 64, 256, 1, 2, True, 4 * TX, 0, 2 * BK), (28, 64, 256, 1, 2, False, 4 * TX, 4, 2 * BK))
 # and where none of those fits, an 8-pixel tile over 128-channel slices with the W2 share streamed (w2_ring):
 # ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle. At load
 # it took 17.4-18.0 us against 21.5-23.5 with 32-channel chunks, a 2- or 4-stage pipeline or the K over 2 groups, and
@@ -143,9 +147,9 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
                          f"N % {4 * TX} == 0")
     if cfg.bk not in (BK, 2 * BK) or first.C % cfg.bk:
         raise ValueError(f"{cfg.tag()}: chunks of {BK} or {2 * BK} channels that divide C = {first.C}")
-    ty, ar, br = cfg.threads // TX, min(cfg.block_threads // (cfg.bk // 4), cfg.bm), cfg.block_threads // (cfg.bn1 // 4)
-    if cfg.threads not in (128, 256) or cfg.bm % ty or cfg.bm % ar or not br or cfg.bk % br:
-        raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty}")
+    ty1, br = cfg.block_threads // cfg.kg1 // cfg.tx1, cfg.block_threads // (cfg.bn1 // 4)
+    if cfg.threads not in (128, 256) or cfg.bm % ty1 or not br or cfg.bk % br:
+        raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty1}")
     if cfg.bn1 % (4 * TX) or first.N % cfg.bn1 or not 2 <= first.N // cfg.bn1 <= CLUSTER_MAX:
         raise ValueError(f"{cfg.tag()}: {first.N} x channels in 2..{CLUSTER_MAX} blocks of {cfg.bn1}")
     if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (cfg.bk // cfg.slices) % 4 or (
@@ -158,7 +162,7 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
                        or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {cfg.kg1} groups cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
                          f"({ACCUMULATORS} accumulators of 8 channels a thread at most)")
-    if cfg.tx2 not in (TX, 2 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
+    if cfg.tx2 not in (TX, 2 * TX, 4 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (
             cfg.tx2 != TX and cfg.bm * second.N // cfg.threads > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {second.N} y channels over {cfg.tx2} threads of {cfg.threads}")
     if w2_ring(first, second, cfg) and (cfg.slices != 1 or cfg.bn1 % W2C):

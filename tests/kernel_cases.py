@@ -209,7 +209,7 @@ def pair_cases() -> list[tuple]:
     non-portable, and 8),
     28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
     pipeline, the first conv's K split over the warps (with one or two slices, and over groups of several warps),
-    64-channel chunks, and the second's 32 threads along N, ragged M (batch 3; a 9x11 map), the W2 share streamed
+    64-channel chunks, the second's 32 or 64 threads along N, 28-pixel tiles, ragged M (batch 3; a 9x11 map), the W2 share streamed
     (7x7). Each case is (EmittedKernel, first, second, batch)."""
     def s(c, n, h, w):
         return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
@@ -232,6 +232,10 @@ def pair_cases() -> list[tuple]:
              (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 256, 1, 2, True, 16, 4)),
              (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64)),
              (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)),
+             # 28-pixel tiles (a tile's A rows not a multiple of the copy's), 64 threads along N for the second conv
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64)),
+             (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64)),
+             (s(64, 256, 9, 11), s(256, 256, 9, 11), pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64)),
              # the W2 share streamed through a ring of 3 and 4 slots (7x7: 128 x 512 floats a block)
              (s(512, 2048, 7, 7), s(2048, 512, 7, 7), pair.PairConfig(8, 128, 128, 1, 3, True, 32, 4, 64)),
              (s(512, 2048, 7, 7), s(2048, 512, 7, 7), pair.PairConfig(16, 128, 256, 1, 3, True, 32, 4))]

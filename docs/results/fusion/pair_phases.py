@@ -15,12 +15,13 @@ With `variants`: the same for copies of the network's layer-3 pair (LOOP_CONFIG)
 left out (VARIANTS: its copies of the next chunk, its FFMAs, the input's epilogue), each alone and together, which
 says what the loop's time is made of. A copy that leaves something out computes wrong sums (not checked).
 
-    python3 pair_phases.py OUT_DIR           # -> OUT_DIR/phases.json, the table on stdout
+    [TAGS=tag,...] python3 pair_phases.py OUT_DIR   # -> OUT_DIR/phases.json, the table on stdout
     python3 pair_phases.py OUT_DIR variants  # -> OUT_DIR/variants.json, the table on stdout
     python3 pair_phases.py OUT_DIR sconv     # -> OUT_DIR/sconv.json, the table on stdout
     python3 pair_phases.py OUT_DIR ncu TAG   # only runs config TAG's chain six times eagerly (under ncu)
 """
 import json
+import os
 import sys
 from dataclasses import replace
 
@@ -42,7 +43,10 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            pair.PairConfig(32, 64, 128, 2, 2, True, 32, 4), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4),
            pair.PairConfig(32, 64, 256, 2, 2, True, 32, 4),
            # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
-           pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64)]
+           pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64),
+           # 28-pixel tiles: 7 whole tiles of the 14x14 map (the first conv over a group a warp, or 4 groups of two)
+           pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64)]
+# TAGS (comma-separated config tags): only those of CONFIGS
 S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))    # layer 3's 3x3, then its pair (1x1 256->1024, 1024->256)
 PAIR = (ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)))
 SCONV = KernelConfig(2, 7, 8, 32, 1, 7, 1)   # th2 tw7 tc8, 32 threads nt 1, 7 x 1 warps
@@ -182,7 +186,8 @@ def main() -> None:
         base = pair.emitted(first, second, 1, LOOP_CONFIG)
         pairs = [(tag, variant(base, tag, subs)) for tag, subs in VARIANTS.items()]
     else:
-        pairs = [(cfg.tag(), pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS]
+        tags = os.environ.get("TAGS", "").split(",") if os.environ.get("TAGS") else None
+        pairs = [(cfg.tag(), pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS if not tags or cfg.tag() in tags]
     pairs = [(tag, k, stamped_pair(k)) for tag, k in pairs]
     bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
     if bad:
