@@ -15,7 +15,8 @@ MARK = re.compile(r"(<!-- results-table:begin -->\n).*?(<!-- results-table:end -
 def merged(out: Path) -> list[dict]:
     """One e2e document per network, the batches of every e2e run of it under OUT merged."""
     docs: dict[str, dict] = {}
-    for p in sorted([*out.glob("*/e2e-*/e2e_*.json"), *out.glob("*/e2e-*/e2e_*.json.gz")]):
+    # the gzipped runs first: a run just written (plain JSON, run.sh gzips it afterwards) replaces the one before it
+    for p in [*sorted(out.glob("*/e2e-*/e2e_*.json.gz")), *sorted(out.glob("*/e2e-*/e2e_*.json"))]:
         d = json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
         if d.get("kind") != "e2e" or "profiles" not in d:
             continue
