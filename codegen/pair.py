@@ -40,8 +40,10 @@ CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (3
               (32, 64, 128, 1, 2, True, 2 * TX),
               (32, 64, 256, 1, 2, True, 2 * TX, 4, 2 * BK),
               # 28-pixel tiles (two rows of a 14-wide map): the 196 pixels of a 14x14 map in 7 whole tiles where 32-pixel
-              # ones leave the seventh cluster 4 pixels; the first conv's K over a group a warp (7 x 8 accumulators a
-              # thread) or 4 groups of two warps (7 x 4), the second's 64 threads along N (7 x 4)
+              # ones leave the seventh cluster 4 pixels, so each thread does 7/8 of the FFMAs on the same 112 SMs; the
+              # first conv's K over a group a warp (7 x 8 accumulators a thread) or 4 groups of two warps (7 x 4), the
+              # second's 64 threads along N (7 x 4). The second took ResNet-152's layer-3 pairs 13.4 -> 12.6 us alone
+              # and its batch-1 replay 1.23 -> 1.19 ms (docs/results/fusion/h200/tiles/)
               (28, 64, 256, 1, 2, True, 4 * TX, 0, 2 * BK), (28, 64, 256, 1, 2, False, 4 * TX, 4, 2 * BK))
 # and where none of those fits, an 8-pixel tile over 128-channel slices with the W2 share streamed (w2_ring):
 # ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle. At load
