@@ -236,6 +236,9 @@ def pair_cases() -> list[tuple]:
              (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64)),
              (s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64)),
              (s(64, 256, 9, 11), s(256, 256, 9, 11), pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64)),
+             (s(128, 512, 28, 28), s(512, 128, 28, 28), pair.PairConfig(28, 128, 128, 1, 2, False, 32, 2, 64)),
+             (s(128, 512, 28, 28), s(512, 256, 28, 28), pair.PairConfig(28, 128, 128, 1, 2, False, 32, 2, 64)),
+             (s(64, 256, 9, 11), s(256, 128, 9, 11), pair.PairConfig(28, 128, 128, 1, 2, False, 32, 2)),
              # the W2 share streamed through a ring of 3 and 4 slots (7x7: 128 x 512 floats a block)
              (s(512, 2048, 7, 7), s(2048, 512, 7, 7), pair.PairConfig(8, 128, 128, 1, 3, True, 32, 4, 64)),
              (s(512, 2048, 7, 7), s(2048, 512, 7, 7), pair.PairConfig(16, 128, 256, 1, 3, True, 32, 4))]

@@ -45,7 +45,9 @@ CONFIGS = [pair.PairConfig(32, 64, 128, 1, 2), pair.PairConfig(32, 64, 128, 1, 2
            # 64-channel chunks: half the chunks, waits and barriers, twice the bytes a copy stage
            pair.PairConfig(32, 64, 128, 1, 2, True, 32, 0, 64), pair.PairConfig(32, 64, 256, 1, 2, True, 32, 4, 64),
            # 28-pixel tiles: 7 whole tiles of the 14x14 map (the first conv over a group a warp, or 4 groups of two)
-           pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64)]
+           pair.PairConfig(28, 64, 256, 1, 2, True, 64, 0, 64), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64),
+           # the second with three stages, and with 32-channel chunks
+           pair.PairConfig(28, 64, 256, 1, 3, False, 64, 4, 64), pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4)]
 # TAGS (comma-separated config tags): only those of CONFIGS
 S3 = ConvShape(256, 256, 14, 14, 3, 3, (1, 1), (1, 1))    # layer 3's 3x3, then its pair (1x1 256->1024, 1024->256)
 PAIR = (ConvShape(256, 1024, 14, 14, 1, 1, (1, 1), (0, 0)), ConvShape(1024, 256, 14, 14, 1, 1, (1, 1), (0, 0)))
