@@ -46,8 +46,10 @@ CANDIDATES = ((32, 64, 128, 1, 2), (32, 64, 128, 2, 2), (32, 128, 128, 2, 2), (3
               # and its batch-1 replay 1.23 -> 1.19 ms (docs/results/fusion/h200/tiles/)
               (28, 64, 256, 1, 2, True, 4 * TX, 0, 2 * BK), (28, 64, 256, 1, 2, False, 4 * TX, 4, 2 * BK),
               # and for 28x28 maps (28 whole tiles of 4 blocks on 112 SMs, where 32-pixel tiles make 24.5): 128 channels
-              # a block, the first conv's K over 2 groups of two warps (7 x 8), the second's 32 threads along N
-              (28, 128, 128, 1, 2, False, 2 * TX, 2, 2 * BK), (28, 128, 128, 1, 2, False, 2 * TX, 2))
+              # a block, the first conv's K over 2 groups of two warps (7 x 8), the second's 32 threads along N. At
+              # load it wins the layer-2 to layer-3 pair (15.5 against 16.8 us), not layer 2's own (64-channel chunks:
+              # never; docs/results/fusion/h200/tiles/28x28/)
+              (28, 128, 128, 1, 2, False, 2 * TX, 2))
 # and where none of those fits, an 8-pixel tile over 128-channel slices with the W2 share streamed (w2_ring):
 # ResNet's 7x7 pairs, where 2048 x channels need 128 a block and a 32-pixel tile would leave most SMs idle. At load
 # it took 17.4-18.0 us against 21.5-23.5 with 32-channel chunks, a 2- or 4-stage pipeline or the K over 2 groups, and
