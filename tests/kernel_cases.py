@@ -209,8 +209,9 @@ def pair_cases() -> list[tuple]:
     non-portable, and 8),
     28x28 (4) and 56x56 (2: a 64-channel second conv, one float4 a thread), one and two slices, a two-stage
     pipeline, the first conv's K split over the warps (with one or two slices, and over groups of several warps),
-    64-channel chunks, the second's 32 or 64 threads along N, 28-pixel tiles, ragged M (batch 3; a 9x11 map), the W2 share streamed
-    (7x7). Each case is (EmittedKernel, first, second, batch)."""
+    64-channel chunks, the second's 32 or 64 threads along N, 28-pixel tiles (14x14 and 28x28), ragged M (batch 3; a
+    9x11 map), the W2 share streamed (7x7, and 28x28 with 256 y channels). Each case is (EmittedKernel, first, second,
+    batch)."""
     def s(c, n, h, w):
         return ConvShape(c, n, h, w, 1, 1, (1, 1), (0, 0))
     cases = [(s(256, 1024, 14, 14), s(1024, 256, 14, 14), pair.PairConfig(32, 64)),

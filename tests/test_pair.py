@@ -50,6 +50,24 @@ def test_candidates_at_batch_one_on_gpus_with_clusters():
         assert pair.smem_bytes(*L3, c) <= SMEM_LIMIT
 
 
+def test_28_pixel_tiles_where_the_layouts_divide_two_rows_of_a_14_wide_map():
+    """A 14x14 map is 7 whole 28-pixel tiles (6.1 of 32): offered where both convs' thread rows divide 28, the copy
+    rows that do not (28 over 16 a pass) guarded rather than copied past the tile."""
+    tags = {c.tag() for c in pair.candidates(*L3, 1)}
+    assert {"m28n64t256s1p2wx64c64", "m28n64t256s1p2x64k4c64"} <= tags
+    assert pair.grid(L3[0], 1, pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64)) == [7, 1, 16]
+    src = pair.render(*L3, 1, pair.PairConfig(28, 64, 256, 1, 2, False, 64, 4, 64))[1]
+    assert "#define BM 28" in src and "if (ain[i]) snn_cp16(" in src
+    with pytest.raises(ValueError, match="y channels over 32 threads"):   # 8 thread rows do not divide 28
+        pair.render(*L3, 1, pair.PairConfig(28, 64, 256, 1, 2, False, 32, 4, 64))
+    with pytest.raises(ValueError, match="bm a multiple of 8"):           # nor the first conv's 8
+        pair.render(*L3, 1, pair.PairConfig(28, 64, 256, 1, 2, True, 64, 4, 64))
+    # 64 threads along N need 256 y channels: not offered for layer 2's 128
+    l2 = (one_by_one(128, 512, 28), one_by_one(512, 128, 28))
+    assert all(c.tx2 != 4 * pair.TX for c in pair.candidates(*l2, 1))
+    assert "m28n128t128s1p2x32k2" in {c.tag() for c in pair.candidates(*l2, 1)}
+
+
 def test_a_w2_share_that_does_not_fit_is_streamed():
     """ResNet's 7x7 pairs hold 128 x channels a block, whose 128 x 512 W2 rows (256 KB) do not fit: those candidates
     stream them through a ring of bulk copies, and only where no whole-share candidate fits."""
