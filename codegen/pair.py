@@ -154,7 +154,9 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
                          f"N % {4 * TX} == 0")
     if cfg.bk not in (BK, 2 * BK) or first.C % cfg.bk:
         raise ValueError(f"{cfg.tag()}: chunks of {BK} or {2 * BK} channels that divide C = {first.C}")
-    ty1, br = cfg.block_threads // cfg.kg1 // cfg.tx1, cfg.block_threads // (cfg.bn1 // 4)
+    # the first conv's thread groups: tt1 threads each, ty1 rows of tx1 (the x tile's rows must divide among them)
+    kps, tt1 = cfg.bk // cfg.kg1, cfg.block_threads // cfg.kg1
+    ty1, br = tt1 // cfg.tx1, cfg.block_threads // (cfg.bn1 // 4)
     if cfg.threads not in (128, 256) or cfg.bm % ty1 or not br or cfg.bk % br:
         raise ValueError(f"{cfg.tag()}: 128 or 256 threads a slice and bm a multiple of {ty1}")
     if cfg.bn1 % (4 * TX) or first.N % cfg.bn1 or not 2 <= first.N // cfg.bn1 <= CLUSTER_MAX:
@@ -162,11 +164,9 @@ def check(first: ConvShape, second: ConvShape, cfg: PairConfig) -> None:
     if cfg.slices not in (1, 2, 4) or cfg.block_threads > 512 or (cfg.bk // cfg.slices) % 4 or (
             cfg.bn1 // cfg.slices) % 4:
         raise ValueError(f"{cfg.tag()}: 1, 2 or 4 slices, 512 threads a block at most")
-    kps, tt1 = cfg.bk // cfg.kg1, cfg.block_threads // cfg.kg1
-    if cfg.kg and (cfg.kg not in (1, 2, 4, 8, 16) or kps % 4 or tt1 < 32 or tt1 % cfg.tx1 or cfg.bm % (tt1 // cfg.tx1)):
+    if cfg.kg and (cfg.kg not in (1, 2, 4, 8, 16) or kps % 4 or tt1 < 32 or tt1 % cfg.tx1):
         raise ValueError(f"{cfg.tag()}: {cfg.kg} groups of {tt1} threads cannot hold the {cfg.bm}-pixel x tile")
-    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm % (tt1 // TX1)
-                       or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
+    if cfg.warp_k and (kps % 4 or cfg.bn1 % (4 * TX1) or cfg.bm * cfg.bn1 // tt1 > ACCUMULATORS):
         raise ValueError(f"{cfg.tag()}: {cfg.kg1} groups cannot split the {cfg.bm} x {cfg.bn1} x tile's chunks "
                          f"({ACCUMULATORS} accumulators of 8 channels a thread at most)")
     if cfg.tx2 not in (TX, 2 * TX, 4 * TX) or second.N % (4 * cfg.tx2) or cfg.bm % (cfg.threads // cfg.tx2) or (

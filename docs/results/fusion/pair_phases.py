@@ -188,7 +188,7 @@ def main() -> None:
         base = pair.emitted(first, second, 1, LOOP_CONFIG)
         pairs = [(tag, variant(base, tag, subs)) for tag, subs in VARIANTS.items()]
     else:
-        tags = os.environ.get("TAGS", "").split(",") if os.environ.get("TAGS") else None
+        tags = set(filter(None, os.environ.get("TAGS", "").split(",")))
         pairs = [(cfg.tag(), pair.emitted(first, second, 1, cfg)) for cfg in CONFIGS if not tags or cfg.tag() in tags]
     pairs = [(tag, k, stamped_pair(k)) for tag, k in pairs]
     bad = runner.compile([ks, kss] + [k for _, k, kst in pairs] + [kst for _, k, kst in pairs])
